@@ -1,0 +1,112 @@
+"""Collection: a PRD file -> one collector per user story -> one item per acceptance criterion.
+
+Node ids are ``<path>::<story id>::<criterion id>`` (``AC<n>`` unless the criterion has
+its own ``id``); the criterion text is the item's headline (``reportinfo``). An invalid
+PRD is a collection error that lists every problem, without a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .checks import CheckResult, make_check
+from .model import Criterion, Story
+from .prd import PRDError, load_prd
+
+#: user_properties keys put on each criterion's reports (plain str/bool values only).
+PROP_STORY = "ralph_story"
+PROP_CRITERION = "ralph_criterion"
+PROP_KIND = "ralph_kind"
+PROP_TEXT = "ralph_text"
+PROP_CLAIMED = "ralph_claimed"
+PROP_MESSAGE = "ralph_message"
+
+
+class CriterionFailed(Exception):
+    """Raised by :meth:`CriterionItem.runtest` when a criterion does not hold."""
+
+    def __init__(self, result: CheckResult) -> None:
+        super().__init__(result.message)
+        self.result = result
+
+
+class PRDFile(pytest.File):
+    """A PRD file; collects one :class:`StoryCollector` per user story, in file order."""
+
+    def collect(self) -> Iterator[StoryCollector]:
+        """Load the PRD (an invalid one raises :class:`PRDError`, shown without traceback)."""
+        from .plugin import get_settings
+
+        settings = get_settings(self.config)
+        prd = load_prd(self.path, max_bytes=settings.max_prd_bytes)
+        if not prd.stories:
+            notes: list[str] = self.config.stash.setdefault(EMPTY_PRDS, [])
+            notes.append(f"{self.path}: userStories is empty: no acceptance criteria to check")
+        for story in prd.stories:
+            yield StoryCollector.from_parent(self, name=story.id, story=story)
+
+    def repr_failure(  # type: ignore[override]
+        self, excinfo: pytest.ExceptionInfo[BaseException]
+    ) -> str | Any:
+        """The PRD problems as plain text; other errors as pytest shows them."""
+        if isinstance(excinfo.value, PRDError):
+            return excinfo.value.describe()
+        return super().repr_failure(excinfo)
+
+
+class StoryCollector(pytest.Collector):
+    """One user story; collects one :class:`CriterionItem` per acceptance criterion."""
+
+    def __init__(self, *, story: Story, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.story = story
+
+    def collect(self) -> Iterator[CriterionItem]:
+        """The story's criteria, in file order."""
+        for criterion in self.story.criteria:
+            yield CriterionItem.from_parent(self, name=criterion.id, criterion=criterion,
+                                            story=self.story)
+
+
+class CriterionItem(pytest.Item):
+    """One acceptance criterion, checked by its check kind (:mod:`pytest_ralph.checks`)."""
+
+    def __init__(self, *, criterion: Criterion, story: Story, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.criterion = criterion
+        self.story = story
+        self.keywords[story.id] = True
+        self.user_properties += [(PROP_STORY, story.id), (PROP_CRITERION, criterion.id),
+                                 (PROP_KIND, criterion.kind), (PROP_TEXT, criterion.text)]
+
+    def runtest(self) -> None:
+        """Run the check; raise :class:`CriterionFailed` when the criterion does not hold."""
+        from .plugin import get_settings
+
+        settings = get_settings(self.config)
+        check = make_check(self.criterion, self.story, rootdir=self.config.rootpath,
+                           strict=settings.strict, default_timeout=settings.check_timeout)
+        result = check.run()
+        self.user_properties += [(PROP_CLAIMED, result.claimed), (PROP_MESSAGE, result.message)]
+        if not result.passed:
+            raise CriterionFailed(result)
+
+    def repr_failure(
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
+    ) -> str | Any:
+        """The check's own failure text (what was expected, what was found)."""
+        if isinstance(excinfo.value, CriterionFailed):
+            return excinfo.value.result.message
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        """(PRD path, 0-based line or ``None``, the criterion text as headline)."""
+        line = self.criterion.line - 1 if self.criterion.line else None
+        return self.path, line, f"{self.criterion.key}: {self.criterion.text}"
+
+
+EMPTY_PRDS = pytest.StashKey[list[str]]()

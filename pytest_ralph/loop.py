@@ -1,0 +1,468 @@
+"""The loop controller behind ``pytest --ralph``.
+
+One run: a baseline check of every criterion; if all pass, done with zero
+iterations. Otherwise each iteration builds the prompt, runs the agent once, and
+checks every criterion in a fresh child pytest. Stop conditions are evaluated after
+each iteration, in this order: complete (exit 0) > agent-error streak (7) >
+identical-failure breaker (6) > iteration limit (1). Ctrl-C or SIGTERM ends the run
+with exit 2 after the agent's process group is killed and the report is written.
+
+This module does not import pytest.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
+
+from .agent import AgentCommandError, AgentRun, resolve_executable, run_agent, split_command
+from .checkrun import CheckPhaseConfig, run_check_phase
+from .model import PRD
+from .prd import PRDError, load_prd
+from .prompt import PROGRESS_CHARS, PromptContext, build_prompt, pick_story, template_path
+from .report import write_report
+from .results import CheckResults, CriterionResult
+from .settings import Settings
+from .state import RunDir, StateDir
+from .writeback import story_verdicts, write_back
+
+# Exit codes of ``pytest --ralph`` (PRODUCT.md section 3).
+EXIT_COMPLETE = 0
+EXIT_LIMIT = 1
+EXIT_INTERRUPTED = 2
+EXIT_INTERNAL = 3
+EXIT_USAGE = 4
+EXIT_NO_CRITERIA = 5
+EXIT_BREAKER = 6
+EXIT_AGENT_ERROR = 7
+
+
+class LoopUsageError(Exception):
+    """The loop cannot start: bad PRD, bad option, agent not found. Exit code 4."""
+
+
+class NoCriteria(Exception):
+    """Nothing to check: no PRD found, an empty PRD, or every criterion deselected. Exit 5."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM during a run."""
+
+
+@dataclass
+class IterationRecord:
+    """What one iteration did and found (iteration 0 is the baseline check).
+
+    Attributes:
+        n: iteration number; 0 for the baseline.
+        results: the check results after it.
+        agent: the agent run, ``None`` for the baseline.
+        story: the story the prompt asked for, or ``""``.
+        streak: identical-failure streak after it.
+        error_streak: agent-error streak after it.
+        started: UTC time it started.
+        folder: its folder in the state directory.
+    """
+
+    n: int
+    results: CheckResults
+    agent: AgentRun | None
+    story: str
+    streak: int
+    error_streak: int
+    started: _dt.datetime
+    folder: Path
+
+    @property
+    def passing(self) -> int:
+        """Criteria passing after this iteration."""
+        return len(self.results.passing)
+
+
+@dataclass
+class RunRecord:
+    """A whole run, as the report needs it.
+
+    Attributes:
+        prd: the PRD (as last loaded).
+        settings: the effective settings.
+        argv: the agent argv (before ``{prompt_file}`` is replaced).
+        run_dir: the run's folder.
+        iterations: baseline first, then one record per iteration.
+        status: ``running``, ``complete``, ``limit``, ``breaker``, ``agent-error``,
+            ``interrupted`` or ``crashed``.
+        exit_code: the exit code, once stopped.
+        reason: the stop reason, one sentence.
+        started, finished: UTC times.
+    """
+
+    prd: PRD
+    settings: Settings
+    argv: list[str]
+    run_dir: RunDir
+    iterations: list[IterationRecord] = field(default_factory=list)
+    status: str = "running"
+    exit_code: int | None = None
+    reason: str = ""
+    started: _dt.datetime = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc))
+    finished: _dt.datetime | None = None
+
+    @property
+    def last(self) -> IterationRecord:
+        """The latest iteration (or the baseline)."""
+        return self.iterations[-1]
+
+
+def _now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise Interrupted(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Loop:
+    """Drives one run of the Ralph loop.
+
+    Args:
+        settings: the effective settings.
+        rootdir: the project root; the agent and the checks run there.
+        inifile: the configuration file to pass to each child pytest, or ``None``.
+        out: where the progress blocks are printed.
+        python: the interpreter for the child pytest of each check phase.
+    """
+
+    def __init__(self, settings: Settings, *, rootdir: Path, inifile: Path | None,
+                 out: TextIO = sys.stdout, python: str = sys.executable) -> None:
+        self.settings = settings
+        self.rootdir = rootdir
+        self.inifile = inifile
+        self.out = out
+        self.python = python
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def prepare(self) -> tuple[PRD, list[str]]:
+        """Find and load the PRD, apply the story filter, and resolve the agent.
+
+        Raises:
+            LoopUsageError: bad PRD, unknown story ids mixed with known ones, no agent,
+                agent not found, unreadable prompt template.
+            NoCriteria: no PRD found, no stories, or the story filter matches none.
+        """
+        s = self.settings
+        path = s.prd
+        if path is None:
+            from .prd import PRD_FILE_NAMES, PRD_SEARCH_DIRS, discover_prd
+
+            path = discover_prd(self.rootdir)
+            if path is None:
+                raise NoCriteria(
+                    f"no PRD found: looked for {', '.join(PRD_FILE_NAMES)} in {self.rootdir} "
+                    f"and its {', '.join(d for d in PRD_SEARCH_DIRS if d != '.')} folders; "
+                    "name one with --ralph-prd PATH (or ini ralph_prd)")
+        try:
+            prd = load_prd(path, max_bytes=s.max_prd_bytes)
+        except PRDError as exc:
+            raise LoopUsageError(exc.describe()) from None
+        if not prd.stories:
+            raise NoCriteria(f"{prd.path}: userStories is empty: there are no acceptance "
+                             "criteria to check; add user stories to the PRD")
+        if s.story:
+            known = [st.id for st in prd.stories]
+            unknown = [sid for sid in s.story if sid not in known]
+            if unknown and len(unknown) == len(s.story):
+                raise NoCriteria(f"--ralph-story {' '.join(unknown)} selects no story of "
+                                 f"{prd.path} (its stories: {', '.join(known)})")
+            if unknown:
+                raise LoopUsageError(f"--ralph-story: no story {', '.join(unknown)} in {prd.path} "
+                                     f"(its stories: {', '.join(known)})")
+        if not s.agent:
+            raise LoopUsageError("no agent configured: pass --ralph-agent CMD, or set ini "
+                                 "ralph_agent or the environment variable PYTEST_RALPH_AGENT")
+        try:
+            argv = split_command(s.agent)
+            resolve_executable(argv, self.rootdir)
+        except AgentCommandError as exc:
+            raise LoopUsageError(f"{exc} (agent from {s.sources.get('agent', 'default')})") from None
+        self._template()
+        return prd, argv
+
+    def _template(self) -> str:
+        path = self.settings.prompt or template_path("prompt.md")
+        try:
+            return path.read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise LoopUsageError(f"cannot read the prompt template {path} (from "
+                                 f"{self.settings.sources.get('prompt')}): {exc}") from None
+
+    def _phase_config(self, prd: PRD) -> CheckPhaseConfig:
+        return CheckPhaseConfig(prd=prd.path, rootdir=self.rootdir, inifile=self.inifile,
+                                stories=self.settings.story, strict=self.settings.strict,
+                                python=self.python)
+
+    # -- dry run -----------------------------------------------------------------------------
+
+    def dry_run(self) -> int:
+        """Print the first prompt and the agent's argv; run nothing, write nothing."""
+        prd, argv = self.prepare()
+        selected = [st for st in prd.stories if not self.settings.story or st.id in
+                    self.settings.story]
+        fake = CheckResults(tuple(
+            CriterionResult(nodeid="", story=st.id, criterion=c.id, text=c.text, kind=c.kind,
+                            outcome="passed" if st.passes else "failed",
+                            message="" if st.passes else "not checked yet (dry run)")
+            for st in selected for c in st.criteria))
+        prompt_file = self.settings.dir / "runs" / "<run id>" / "iteration-001" / "prompt.md"
+        ctx = PromptContext(prd, fake, 1, self.settings.max_iterations, self.rootdir,
+                            StateDir(self.settings.dir).read_progress_tail(PROGRESS_CHARS))
+        prompt = build_prompt(self._template(), ctx)
+        from .agent import render_argv
+
+        self._print(f"pytest-ralph dry run: PRD {prd.path}; nothing is run or written.\n"
+                    f"--- agent argv ---\n{json.dumps(render_argv(argv, prompt_file))}\n"
+                    f"--- prompt for iteration 1 (on stdin and in {{prompt_file}}) ---\n"
+                    f"{prompt}\n--- end of prompt ---")
+        return EXIT_COMPLETE
+
+    # -- the run -----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run the loop to a stop condition; return the exit code.
+
+        Raises:
+            LoopUsageError, NoCriteria: from :meth:`prepare`.
+        """
+        prd, argv = self.prepare()
+        state = StateDir(self.settings.dir)
+        state.ensure()
+        run = RunRecord(prd=prd, settings=self.settings, argv=argv, run_dir=state.new_run())
+        s = self.settings
+        self._print(f"pytest-ralph: loop on {prd.path} ({len(prd.criteria())} criteria, "
+                    f"{len(prd.stories)} stories); agent {json.dumps(argv)}; max iterations "
+                    f"{s.max_iterations}; breaker {s.breaker}; state {run.run_dir.path}")
+        try:
+            with _sigterm_as_interrupt():
+                code = self._iterate(run, state, argv)
+        except (KeyboardInterrupt, Interrupted):
+            n = len(run.iterations)
+            code = self._stop(run, "interrupted", EXIT_INTERRUPTED,
+                              f"interrupted during iteration {n} (Ctrl-C or SIGTERM); the "
+                              "agent's process group was killed and the state kept")
+        self._finish(run, state)
+        return code
+
+    def _iterate(self, run: RunRecord, state: StateDir, argv: list[str]) -> int:
+        s = self.settings
+        phase = self._phase_config(run.prd)
+        folder = run.run_dir.iteration_dir(0)
+        started = _now()
+        base = run_check_phase(phase, folder)
+        self._write_back(run.prd, base, state)
+        run.iterations.append(IterationRecord(0, base, None, "", 0, 0, started, folder))
+        self._save(run)
+        self._print_baseline(run)
+        if base.complete:
+            return self._stop(run, "complete", EXIT_COMPLETE,
+                              f"every criterion passed at the baseline check "
+                              f"({len(base.criteria)}/{len(base.criteria)}); no agent run was "
+                              "needed")
+        streak = 0
+        error_streak = 0
+        last_fp: str | None = None
+        template = self._template()
+        for n in range(1, s.max_iterations + 1):
+            started = _now()
+            folder = run.run_dir.iteration_dir(n)
+            prd = self._reload(run)
+            prev = run.last.results
+            story = pick_story(prd, prev)
+            prompt = build_prompt(template, PromptContext(
+                prd, prev, n, s.max_iterations, self.rootdir,
+                state.read_progress_tail(PROGRESS_CHARS)))
+            agent_run = run_agent(argv, prompt=prompt, prompt_file=folder / "prompt.md",
+                                  cwd=self.rootdir, timeout=s.agent_timeout,
+                                  log_path=folder / "agent.log",
+                                  env={"PYTEST_RALPH_ITERATION": str(n),
+                                       "PYTEST_RALPH_PROMPT_FILE": str(folder / "prompt.md")})
+            results = run_check_phase(phase, folder)
+            self._write_back(prd, results, state)
+            fp = results.fingerprint
+            if agent_run.ran:
+                streak = streak + 1 if fp == last_fp else 1
+                last_fp = fp
+                error_streak = 0
+            else:
+                error_streak += 1
+            rec = IterationRecord(n, results, agent_run, story.id if story else "", streak,
+                                  error_streak, started, folder)
+            run.iterations.append(rec)
+            self._print_block(run, rec)
+            state.append_progress(self._progress_entry(run, rec))
+            self._save(run)
+            if results.complete:
+                return self._stop(run, "complete", EXIT_COMPLETE,
+                                  f"every criterion passes ({len(results.criteria)}/"
+                                  f"{len(results.criteria)}) after {n} iteration"
+                                  f"{'s' if n != 1 else ''}")
+            if error_streak >= s.agent_errors:
+                return self._stop(run, "agent-error", EXIT_AGENT_ERROR,
+                                  f"the agent did not run properly in {error_streak} iterations "
+                                  f"in a row (last: {agent_run.describe()}); see "
+                                  f"{agent_run.log_path}")
+            if streak >= s.breaker:
+                return self._stop(run, "breaker", EXIT_BREAKER,
+                                  f"circuit breaker: the same failure (fingerprint {fp}) in "
+                                  f"{streak} iterations in a row (iterations {n - streak + 1}-{n})"
+                                  f"; the agent is not making progress")
+        failing = len(run.last.results.failing) + len(run.last.results.errors)
+        return self._stop(run, "limit", EXIT_LIMIT,
+                          f"stopped at the iteration limit ({s.max_iterations}) with {failing} "
+                          f"criteri{'a' if failing != 1 else 'on'} still failing")
+
+    def _reload(self, run: RunRecord) -> PRD:
+        """The PRD as it is now (the agent may edit it); the last good one if it is broken."""
+        try:
+            run.prd = load_prd(run.prd.path, max_bytes=self.settings.max_prd_bytes)
+        except PRDError:
+            pass
+        return run.prd
+
+    def _write_back(self, prd: PRD, results: CheckResults, state: StateDir) -> None:
+        if results.errors or not results.criteria:
+            return
+        write_back(prd.path, story_verdicts(results), state.root / "passes.json")
+
+    def _stop(self, run: RunRecord, status: str, code: int, reason: str) -> int:
+        run.status, run.exit_code, run.reason = status, code, reason
+        return code
+
+    def _finish(self, run: RunRecord, state: StateDir) -> None:
+        run.finished = _now()
+        self._save(run)
+        path = write_report(run, state.report_path(run.prd.topic, run.started.date()))
+        n = len(run.iterations) - 1
+        self._print(f"pytest-ralph: {run.status} (exit {run.exit_code}) after {max(n, 0)} "
+                    f"iteration{'s' if n != 1 else ''}: {run.reason}\n"
+                    f"pytest-ralph: report {path}")
+
+    # -- output ------------------------------------------------------------------------------
+
+    def _print(self, text: str) -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def _print_baseline(self, run: RunRecord) -> None:
+        r = run.last.results
+        total = len(r.criteria)
+        self._print(f"[ralph baseline]\n  {len(r.passing)}/{total} criteria passing"
+                    + (f"; failing: {_keys(r)}" if r.failing or r.errors else ""))
+
+    def _print_block(self, run: RunRecord, rec: IterationRecord) -> None:
+        s = self.settings
+        r = rec.results
+        prev = run.iterations[-2].passing if len(run.iterations) > 1 else 0
+        total = len(r.criteria) or len(run.prd.criteria())
+        goal = (f"{total} criteria of {len(r.by_story()) or len(run.prd.stories)} stories pass "
+                f"({run.prd.path.name})")
+        tried = rec.agent.describe() if rec.agent else "baseline check"
+        nfail = len(r.failing) + len(r.errors)
+        result = ("success: every criterion passes" if r.complete else
+                  f"failure: {nfail} criteri{'a' if nfail != 1 else 'on'} failing ({_keys(r)})")
+        delta = rec.passing - prev
+        streak = f"identical-failure streak {rec.streak}/{s.breaker}"
+        if rec.agent is not None and not rec.agent.ran:
+            streak += (f" (unchanged: the agent did not run properly); agent-error streak "
+                       f"{rec.error_streak}/{s.agent_errors}")
+        self._print(f"[ralph iteration {rec.n}/{s.max_iterations}]\n"
+                    f"  Goal: {goal}\n  Tried: {tried}\n  Result: {result}\n"
+                    f"  State: {rec.passing}/{total} passing ({delta:+d}); {streak}")
+
+    def _progress_entry(self, run: RunRecord, rec: IterationRecord) -> str:
+        r = rec.results
+        lines = [f"## {rec.started.strftime('%Y-%m-%dT%H:%M:%SZ')} run {run.run_dir.id} "
+                 f"iteration {rec.n}/{self.settings.max_iterations}",
+                 f"story: {rec.story or '-'}",
+                 f"tried: {rec.agent.describe() if rec.agent else 'baseline'}"]
+        if r.complete:
+            lines.append(f"result: every criterion passes ({len(r.criteria)})")
+        else:
+            lines.append(f"result: {len(r.passing)}/{len(r.criteria)} passing; failing: "
+                         f"{_keys(r)}")
+            for c in r.failing[:10]:
+                lines.append(f"why {c.key}: {why(c.message)}")
+            for e in r.errors[:3]:
+                lines.append(f"why <check>: {why(e)}")
+        lines.append(f"streak: {rec.streak}/{self.settings.breaker}")
+        return "\n".join(lines) + "\n"
+
+    def _save(self, run: RunRecord) -> None:
+        run.run_dir.write_summary({
+            "run": run.run_dir.id, "prd": str(run.prd.path), "status": run.status,
+            "exit_code": run.exit_code, "reason": run.reason, "agent": run.argv,
+            "started": run.started.isoformat(),
+            "finished": run.finished.isoformat() if run.finished else None,
+            "max_iterations": self.settings.max_iterations, "breaker": self.settings.breaker,
+            "iterations": [{
+                "n": it.n, "story": it.story, "passing": it.passing,
+                "total": len(it.results.criteria), "failing": [c.key for c in it.results.failing],
+                "errors": list(it.results.errors), "fingerprint": it.results.fingerprint,
+                "streak": it.streak, "error_streak": it.error_streak,
+                "agent": None if it.agent is None else {
+                    "argv": list(it.agent.argv), "outcome": it.agent.outcome,
+                    "exit_code": it.agent.exit_code, "duration": round(it.agent.duration, 3)},
+            } for it in run.iterations],
+        })
+
+
+def _keys(r: CheckResults, most: int = 8) -> str:
+    keys = [c.key for c in r.failing] + (["<check phase>"] if r.errors else [])
+    shown = ", ".join(keys[:most])
+    return shown + (f", +{len(keys) - most} more" if len(keys) > most else "")
+
+
+def why(message: str, limit: int = 200) -> str:
+    """The most telling line of a failure message: pytest's first ``E`` line, else the first
+    non-empty line; at most ``limit`` characters."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    pick = next((ln for ln in lines if ln.startswith("E ")), None) or (
+        lines[0] if lines else "")
+    return pick[:limit]
+
+
+def run_loop(loop: Loop, *, dry_run: bool, err: Callable[[str], None]) -> int:
+    """Run ``loop`` (or its dry run) and map set-up errors to exit codes 4 and 5.
+
+    Args:
+        loop: the configured loop.
+        dry_run: print the first prompt and argv only.
+        err: prints an error message for the user.
+    """
+    try:
+        return loop.dry_run() if dry_run else loop.run()
+    except LoopUsageError as exc:
+        err(f"pytest-ralph: {exc}")
+        return EXIT_USAGE
+    except NoCriteria as exc:
+        err(f"pytest-ralph: {exc}")
+        return EXIT_NO_CRITERIA

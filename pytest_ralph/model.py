@@ -1,0 +1,136 @@
+"""The PRD as plain data: user stories and their acceptance criteria.
+
+These dataclasses are what :func:`pytest_ralph.prd.load_prd` returns. They carry no
+behaviour beyond ordering and naming, and import nothing from pytest, so the loop
+controller, the Stop hook and the pytest layer all share them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Criterion kinds known to this version. ``"text"`` is a plain-string criterion.
+CRITERION_KINDS = ("run", "text")
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One acceptance criterion of a user story; it becomes one pytest item.
+
+    Attributes:
+        story_id: id of the story the criterion belongs to.
+        index: 1-based position among all criteria of its story.
+        id: ``AC<index>``, or the criterion's explicit ``id`` when it has one.
+        text: the headline shown in reports: the string itself for a text
+            criterion, ``text`` (or the command) for a check object.
+        kind: ``"run"`` (shell command, passes on exit 0) or ``"text"``.
+        command: the shell command of a ``run`` criterion, else ``None``.
+        timeout: seconds a ``run`` command may take, or ``None`` for the default.
+        cwd: working directory of a ``run`` command, relative to the rootdir.
+        json_path: where the criterion sits in the file, e.g.
+            ``$.userStories[0].acceptanceCriteria[1]``.
+        line: 1-based line of the criterion in the file, when known.
+        synthesized: ``True`` when the PRD had no criteria for the story and
+            the story's title stands in for one.
+    """
+
+    story_id: str
+    index: int
+    id: str
+    text: str
+    kind: str
+    command: str | None = None
+    timeout: float | None = None
+    cwd: str | None = None
+    json_path: str = ""
+    line: int | None = None
+    synthesized: bool = False
+
+    @property
+    def key(self) -> str:
+        """``<story id>::<criterion id>``, the criterion's name in prompts and reports."""
+        return f"{self.story_id}::{self.id}"
+
+
+@dataclass(frozen=True)
+class Story:
+    """One user story of a PRD.
+
+    Attributes:
+        id: the story id (``US-001``); unique in its PRD.
+        title: one-line summary.
+        description: free text, possibly empty.
+        criteria: the acceptance criteria, in file order.
+        priority: lower values are worked first; ``None`` sorts after all others.
+        passes: the story's own claim that it is done (``passes: true``).
+        notes: free text, possibly empty.
+        position: 0-based position in the file; breaks priority ties.
+        json_path: where the story sits in the file, e.g. ``$.userStories[2]``.
+        line: 1-based line of the story in the file, when known.
+    """
+
+    id: str
+    title: str
+    description: str
+    criteria: tuple[Criterion, ...]
+    priority: int | None
+    passes: bool
+    notes: str
+    position: int
+    json_path: str = ""
+    line: int | None = None
+
+    @property
+    def order_key(self) -> tuple[int, int, int]:
+        """Sort key: lowest priority value first, stories without one last, file order on ties."""
+        if self.priority is None:
+            return (1, 0, self.position)
+        return (0, self.priority, self.position)
+
+
+@dataclass(frozen=True)
+class PRD:
+    """A loaded and validated PRD.
+
+    Attributes:
+        path: the file it was loaded from (absolute).
+        format: ``"json"``, ``"jsonc"`` or ``"yaml"``.
+        project: the ``project`` field, or ``""``.
+        branch_name: the ``branchName`` field, or ``""``.
+        description: the ``description`` field, or ``""``.
+        stories: the user stories in file order.
+    """
+
+    path: Path
+    format: str
+    project: str
+    branch_name: str
+    description: str
+    stories: tuple[Story, ...]
+
+    def ordered_stories(self) -> list[Story]:
+        """The stories in the order of work (see :attr:`Story.order_key`)."""
+        return sorted(self.stories, key=lambda s: s.order_key)
+
+    def criteria(self) -> list[Criterion]:
+        """Every criterion of every story, in file order."""
+        return [c for s in self.stories for c in s.criteria]
+
+    def story(self, story_id: str) -> Story | None:
+        """The story with this id, or ``None``."""
+        for s in self.stories:
+            if s.id == story_id:
+                return s
+        return None
+
+    @property
+    def topic(self) -> str:
+        """A file-name-safe slug of the project, else the branch, else the file stem."""
+        return slugify(self.project or self.branch_name or self.path.stem) or "prd"
+
+
+def slugify(text: str) -> str:
+    """Lower-case ``text`` and keep ``[a-z0-9]`` runs joined by ``-`` (at most 60 characters)."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60].strip("-")

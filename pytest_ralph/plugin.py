@@ -1,0 +1,278 @@
+"""The pytest plugin (entry point ``pytest11: ralph``): a thin switchboard.
+
+* ``pytest_addoption`` registers the ``ralph`` option group and the ini keys.
+* ``pytest_configure`` resolves the settings once into ``config.stash``.
+* ``pytest_cmdline_main`` takes over for ``--ralph`` and runs the loop
+  (:mod:`pytest_ralph.loop`), like pytest-xdist's looponfail.
+* ``pytest_collect_file`` collects PRD files (:mod:`pytest_ralph.collect`).
+* A results recorder writes the check-results file for the loop's child pytest,
+  and a summary lists each story's verified / claimed / failed criteria.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import os
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .checkrun import CHILD_ENV
+from .collect import (
+    EMPTY_PRDS,
+    PROP_CLAIMED,
+    PROP_CRITERION,
+    PROP_KIND,
+    PROP_MESSAGE,
+    PROP_STORY,
+    PROP_TEXT,
+    CriterionItem,
+    PRDFile,
+)
+from .prd import PRD_FILE_NAMES, PRD_FORMATS, discover_prd
+from .results import CriterionResult, write_results
+from .settings import SPECS, Settings, SettingsError, describe, resolve
+
+SETTINGS = pytest.StashKey[Settings]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register ``--ralph*`` options (group ``ralph``) and their ``ralph_*`` ini twins."""
+    group = parser.getgroup("ralph", "Ralph agent loops (pytest-ralph)")
+    group.addoption("--ralph", action="store_true", default=False,
+                    help="Run the Ralph loop: check the PRD's criteria, run the agent on what "
+                         "fails, check again, until all pass or a limit is hit.")
+    for spec in SPECS:
+        if not spec.cli:
+            continue
+        default = f"; default {spec.default}" if spec.default not in (None, (), False) else ""
+        help_text = f"{spec.help} [ini {spec.ini}, env {spec.env}{default}]"
+        if spec.kind == "bool":
+            group.addoption(spec.cli, action="store_true", dest=spec.dest, default=None,
+                            help=help_text)
+        elif spec.kind == "list":
+            group.addoption(spec.cli, action="append", dest=spec.dest, default=None,
+                            metavar="ID", help=help_text)
+        else:
+            group.addoption(spec.cli, action="store", dest=spec.dest, default=None,
+                            metavar=spec.name.upper(), help=help_text)
+    group.addoption("--ralph-dry-run", action="store_true", default=False,
+                    help="Print the first prompt and the agent's argv; run nothing.")
+    group.addoption("--ralph-results", action="store", default=None, metavar="PATH",
+                    help=argparse.SUPPRESS)
+    for spec in SPECS:
+        ini_help = f"pytest-ralph: {spec.help} (env {spec.env})"
+        if spec.kind == "list":
+            parser.addini(spec.ini, ini_help, type="args")
+        else:
+            parser.addini(spec.ini, ini_help, type="string")
+    parser.addini("ralph_prd_files", "pytest-ralph: file name patterns collected as PRDs.",
+                  type="args", default=list(PRD_FILE_NAMES))
+
+
+def _resolve_settings(config: pytest.Config) -> Settings:
+    cli = {spec.name: config.getoption(spec.dest, None) for spec in SPECS if spec.cli}
+    try:
+        return resolve(
+            cli=cli, env=os.environ, ini=config.getini,
+            ini_file=config.inipath.name if config.inipath else "no ini file",
+            invocation_dir=config.invocation_params.dir, rootdir=config.rootpath)
+    except SettingsError as exc:
+        raise pytest.UsageError(f"pytest-ralph: {exc}") from None
+
+
+def get_settings(config: pytest.Config) -> Settings:
+    """The effective settings of this session (resolved once, then cached in ``config.stash``).
+
+    Raises:
+        pytest.UsageError: a setting has a bad value.
+    """
+    if SETTINGS not in config.stash:
+        config.stash[SETTINGS] = _resolve_settings(config)
+    return config.stash[SETTINGS]
+
+
+def _is_child() -> bool:
+    return bool(os.environ.get(CHILD_ENV))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """Take over the session for ``--ralph`` / ``--ralph-dry-run``; return the loop's exit code."""
+    if not (config.getoption("ralph") or config.getoption("ralph_dry_run")) or _is_child():
+        return None
+    if config.getoption("usepdb", False):
+        raise pytest.UsageError("pytest-ralph: --pdb cannot be used with --ralph (the loop runs "
+                                "the checks in child processes)")
+    settings = get_settings(config)
+    from .loop import EXIT_INTERNAL, Loop, run_loop
+
+    loop = Loop(settings, rootdir=config.rootpath, inifile=config.inipath)
+    try:
+        return run_loop(loop, dry_run=bool(config.getoption("ralph_dry_run")), err=_err)
+    except Exception:
+        fd, name = tempfile.mkstemp(prefix="pytest-ralph-crash-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(traceback.format_exc())
+        _err(f"pytest-ralph: internal error: {sys.exc_info()[1]!r}; the traceback is in "
+             f"{name}; please report it")
+        return EXIT_INTERNAL
+
+
+def _err(message: str) -> None:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Resolve settings; in the loop's child, record results; add the discovered PRD."""
+    settings = get_settings(config)
+    results = config.getoption("ralph_results", None)
+    if results:
+        config.pluginmanager.register(ResultsRecorder(Path(results)), "ralph-results")
+    config.pluginmanager.register(GateSummary(config), "ralph-gate-summary")
+    args_source = getattr(config, "args_source", None)
+    if args_source is not None and args_source != pytest.Config.ArgsSource.ARGS:
+        prd = settings.prd or discover_prd(config.rootpath)
+        if prd is not None and prd.is_file() and str(prd) not in config.args:
+            config.args.append(str(prd))
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    """The effective pytest-ralph settings that differ from their defaults, with their sources."""
+    lines = describe(get_settings(config))
+    return ["ralph: " + "; ".join(lines)] if lines else None
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> PRDFile | None:
+    """Collect files matching ini ``ralph_prd_files``, the configured PRD, and PRD files
+    named on the command line."""
+    config = parent.config
+    name = file_path.name
+    patterns = config.getini("ralph_prd_files")
+    if any(fnmatch.fnmatch(name, p) for p in patterns):
+        return PRDFile.from_parent(parent, path=file_path)
+    if file_path.suffix.lower() in PRD_FORMATS and (
+            parent.session.isinitpath(file_path) or file_path == get_settings(config).prd):
+        return PRDFile.from_parent(parent, path=file_path)
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the criteria of stories not named by ``--ralph-story``."""
+    stories = get_settings(config).story
+    if not stories:
+        return
+    keep, drop = [], []
+    for item in items:
+        if isinstance(item, CriterionItem) and item.story.id not in stories:
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def _props(report: pytest.TestReport) -> dict[str, Any]:
+    return {k: v for k, v in report.user_properties if k.startswith("ralph_")}
+
+
+class ResultsRecorder:
+    """In the loop's child pytest: collect criterion outcomes and write the results file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.results: dict[str, CriterionResult] = {}
+        self.errors: list[str] = []
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """Keep collection errors: the loop counts them as failures."""
+        if report.failed:
+            self.errors.append(f"collection error in {report.nodeid or '.'}:\n"
+                               f"{report.longreprtext}")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Record each criterion's outcome from its reports (works under xdist too)."""
+        props = _props(report)
+        if PROP_STORY not in props:
+            return
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            if report.passed:
+                outcome, message = "passed", str(props.get(PROP_MESSAGE, ""))
+            elif report.skipped:
+                outcome, message = "failed", f"skipped, which counts as a failure: " \
+                                             f"{report.longreprtext}"
+            else:
+                outcome = "failed"
+                message = str(props.get(PROP_MESSAGE) or report.longreprtext)
+            self.results[report.nodeid] = CriterionResult(
+                nodeid=report.nodeid, story=str(props[PROP_STORY]),
+                criterion=str(props[PROP_CRITERION]), text=str(props.get(PROP_TEXT, "")),
+                kind=str(props.get(PROP_KIND, "")), outcome=outcome, message=message,
+                claimed=bool(props.get(PROP_CLAIMED, False)), duration=report.duration)
+        elif report.when == "teardown" and report.failed and report.nodeid in self.results:
+            old = self.results[report.nodeid]
+            self.results[report.nodeid] = CriterionResult(
+                **{**old.__dict__, "outcome": "failed",
+                   "message": f"teardown failed:\n{report.longreprtext}"})
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Write the results file."""
+        write_results(self.path, self.results.values(), self.errors, int(exitstatus))
+
+
+class GateSummary:
+    """The gate's summary: per story, criteria verified / claimed / failed.
+
+    Aggregated from reports (not ``session.items``), so it works under pytest-xdist.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.stories: dict[str, dict[str, int]] = {}
+        self.claimed: list[str] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Count each criterion once, by its call report (or a failed setup)."""
+        props = _props(report)
+        if PROP_STORY not in props:
+            return
+        if not (report.when == "call" or (report.when == "setup" and not report.passed)):
+            return
+        counts = self.stories.setdefault(str(props[PROP_STORY]),
+                                         {"verified": 0, "claimed": 0, "failed": 0})
+        if report.passed and props.get(PROP_CLAIMED):
+            counts["claimed"] += 1
+            self.claimed.append(f"{props[PROP_STORY]}::{props[PROP_CRITERION]}: "
+                                f"{props.get(PROP_TEXT, '')}")
+        elif report.passed:
+            counts["verified"] += 1
+        else:
+            counts["failed"] += 1
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Print the per-story table and notes about empty PRDs."""
+        notes = self.config.stash.get(EMPTY_PRDS, [])
+        if not self.stories and not notes:
+            return
+        tr = terminalreporter
+        tr.write_sep("=", "pytest-ralph: acceptance criteria")
+        for note in notes:
+            tr.write_line(f"pytest-ralph: {note}")
+        for story, c in self.stories.items():
+            tr.write_line(f"{story}: {c['verified']} verified, {c['claimed']} claimed, "
+                          f"{c['failed']} failed")
+        if self.claimed:
+            tr.write_line(f"claimed, not verified ({len(self.claimed)}): pass only because their "
+                          "story says passes: true")
+            for line in self.claimed[:20]:
+                tr.write_line(f"  {line}")
+            if len(self.claimed) > 20:
+                tr.write_line(f"  ... and {len(self.claimed) - 20} more")

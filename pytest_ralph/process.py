@@ -1,0 +1,149 @@
+"""Run a command in its own process group, with a timeout that kills the whole group.
+
+Agents and ``run`` checks start helpers of their own (language servers, test
+runners, dev servers). Killing only the direct child would leave those running
+and, worse, keep the output pipe open so that the caller hangs. Each command
+therefore gets a new session (POSIX) or process group (Windows), and on timeout,
+interrupt, or after it exits, every process left in that group is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+#: Seconds between SIGTERM and SIGKILL when a process group is stopped.
+KILL_GRACE_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a command ended.
+
+    Attributes:
+        returncode: the exit status; negative for death by a signal (POSIX);
+            ``None`` if the command timed out and was killed.
+        timed_out: ``True`` when the timeout expired.
+        duration: wall-clock seconds from start to exit (or kill).
+    """
+
+    returncode: int | None
+    timed_out: bool
+    duration: float
+
+
+def run_in_group(
+    args: Sequence[str] | str,
+    *,
+    cwd: Path,
+    output: IO[bytes],
+    timeout: float | None,
+    input: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    shell: bool = False,
+) -> Finished:
+    """Run ``args`` with stdout and stderr both written to ``output``.
+
+    Args:
+        args: an argv list (``shell=False``) or a shell command line (``shell=True``).
+        cwd: working directory.
+        output: a binary file that receives stdout and stderr.
+        timeout: seconds before the whole process group is killed; ``None`` waits forever.
+        input: bytes written to stdin, which is then closed; ``None`` gives an empty stdin.
+        env: the full environment, or ``None`` to inherit.
+        shell: run ``args`` through the system shell.
+
+    Raises:
+        FileNotFoundError, PermissionError: the executable cannot be started.
+        KeyboardInterrupt: re-raised after the process group has been killed.
+    """
+    popen_kw: dict[str, object] = {}
+    if os.name == "posix":
+        popen_kw["start_new_session"] = True
+    else:  # pragma: no cover - exercised on Windows only
+        popen_kw["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        args,
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+        shell=shell,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        **popen_kw,  # type: ignore[call-overload]
+    )
+    timed_out = False
+    try:
+        proc.communicate(input=input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    except BaseException:
+        kill_group(proc)
+        raise
+    finally:
+        # Kill what is left of the group: the command on timeout, or helpers it left behind.
+        kill_group(proc)
+    duration = time.monotonic() - start
+    return Finished(None if timed_out else proc.returncode, timed_out, duration)
+
+
+def kill_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_SECONDS) -> None:
+    """Stop every process in ``proc``'s group: SIGTERM, then SIGKILL after ``grace`` seconds.
+
+    Safe to call when the group is already gone. Waits for ``proc`` itself to exit.
+    """
+    if os.name != "posix":  # pragma: no cover - exercised on Windows only
+        subprocess.run(["taskkill", "/T", "/F", "/PID", str(proc.pid)],
+                       capture_output=True, check=False)
+        proc.wait()
+        return
+    pgid = proc.pid
+    if not _signal_group(pgid, signal.SIGTERM):
+        proc.wait()
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        proc.poll()
+        if not _group_alive(pgid):
+            break
+        time.sleep(0.05)
+    _signal_group(pgid, signal.SIGKILL)
+    proc.wait()
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def read_tail(f: IO[bytes], max_bytes: int) -> str:
+    """The last ``max_bytes`` bytes of the binary file ``f``, decoded as UTF-8 (errors replaced)."""
+    f.flush()
+    f.seek(0, os.SEEK_END)
+    size = f.tell()
+    f.seek(max(0, size - max_bytes))
+    data = f.read()
+    text = data.decode("utf-8", errors="replace")
+    if size > max_bytes:
+        # Drop the partial first line so the excerpt starts cleanly.
+        nl = text.find("\n")
+        text = "...\n" + (text[nl + 1:] if 0 <= nl < 200 else text)
+    return text

@@ -1,0 +1,159 @@
+"""The agent's prompt: a template filled with the story to work on, what fails, and progress.
+
+The default template is ``prompt.md`` among the package templates (``templates/`` at
+the top of the repository, shipped in the wheel as ``pytest_ralph/templates``).
+ini ``ralph_prompt`` names another file. Templates use :class:`string.Template`
+placeholders: ``$iteration``, ``$max_iterations``, ``$project``, ``$prd_path``,
+``$rootdir``, ``$goal``, ``$story``, ``$story_id``, ``$failing``, ``$progress``.
+Unknown placeholders are left as they are.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from .model import PRD, Criterion, Story
+from .results import CheckResults, CriterionResult
+
+#: Characters of failure text kept per failing criterion.
+EXCERPT_CHARS = 1500
+
+#: Characters of ``progress.txt`` kept in the prompt.
+PROGRESS_CHARS = 3000
+
+
+def template_path(name: str) -> Path:
+    """The path of a bundled template (e.g. ``"prompt.md"``).
+
+    Looks inside the installed package first (a wheel install), then in the
+    ``templates/`` folder beside the package (an editable install or a source checkout).
+
+    Raises:
+        FileNotFoundError: no such template.
+    """
+    packaged = resources.files("pytest_ralph").joinpath("templates").joinpath(name)
+    if packaged.is_file():
+        return Path(str(packaged))
+    source = Path(__file__).resolve().parent.parent / "templates" / name
+    if source.is_file():
+        return source
+    raise FileNotFoundError(f"pytest-ralph template {name!r} not found (looked in {packaged} "
+                            f"and {source}); reinstall pytest-ralph")
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """``text`` cut to at most about ``limit`` characters: its head and its tail."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    head = limit // 4
+    return text[:head].rstrip() + "\n[... cut ...]\n" + text[-(limit - head):].lstrip()
+
+
+def pick_story(prd: PRD, results: CheckResults) -> Story | None:
+    """The story to work on: in order of work, the first with a failing criterion."""
+    failing = {c.story for c in results.failing}
+    for story in prd.ordered_stories():
+        if story.id in failing:
+            return story
+    return None
+
+
+@dataclass(frozen=True)
+class PromptContext:
+    """What a prompt is built from.
+
+    Attributes:
+        prd: the PRD (as loaded by the controller).
+        results: the latest check results.
+        iteration: the iteration about to run (1-based).
+        max_iterations: the iteration limit.
+        rootdir: the project root.
+        progress: text of the progress log to show (already bounded).
+    """
+
+    prd: PRD
+    results: CheckResults
+    iteration: int
+    max_iterations: int
+    rootdir: Path
+    progress: str
+
+
+def _check_line(c: Criterion | None, r: CriterionResult) -> str:
+    if c is not None and c.kind == "run":
+        return f"check: run `{c.command}`"
+    if r.claimed or (c is not None and c.kind == "text"):
+        return "check: none (text criterion, claimed by the story's `passes`)"
+    return f"check: {r.kind}"
+
+
+def _failing_entry(prd: PRD, r: CriterionResult) -> str:
+    story = prd.story(r.story)
+    crit = next((c for c in story.criteria if c.id == r.criterion), None) if story else None
+    body = "\n".join("      " + line for line in excerpt(r.message).splitlines())
+    return (f"- [{r.key}] {r.text}\n  {_check_line(crit, r)}\n  failure (excerpt):\n"
+            f"{body or '      (no output)'}")
+
+
+def render_failing(prd: PRD, results: CheckResults, story: Story | None) -> str:
+    """The failing criteria: the chosen story's first, each with an excerpt; then the others
+    as one line each; then check-phase errors."""
+    first = [r for r in results.failing if story is not None and r.story == story.id]
+    rest = [r for r in results.failing if story is None or r.story != story.id]
+    parts = [_failing_entry(prd, r) for r in first]
+    if rest:
+        parts.append("Also failing, in later stories (work on them after this one):\n"
+                     + "\n".join(f"- [{r.key}] {r.text}" for r in rest))
+    for err in results.errors:
+        parts.append("- [check phase] the checks could not run:\n"
+                     + "\n".join("      " + line for line in excerpt(err).splitlines()))
+    return "\n".join(parts) if parts else "(none)"
+
+
+def render_story(story: Story | None, results: CheckResults) -> str:
+    """The story block: id, title, description and each criterion with its status."""
+    if story is None:
+        return "(no story has failing criteria; fix the check-phase errors below)"
+    status = {r.criterion: r for r in results.criteria if r.story == story.id}
+    lines = [f"{story.id}: {story.title}"]
+    if story.description:
+        lines.append(story.description)
+    lines.append("Acceptance criteria:")
+    for c in story.criteria:
+        r = status.get(c.id)
+        mark = "unknown" if r is None else ("pass" if r.passed else "FAIL")
+        lines.append(f"- [{mark}] {c.id}: {c.text}")
+    return "\n".join(lines)
+
+
+def build_prompt(template: str, ctx: PromptContext) -> str:
+    """Fill ``template`` from ``ctx``; see the module docstring for the placeholders."""
+    story = pick_story(ctx.prd, ctx.results)
+    total = len(ctx.results.criteria)
+    passing = len(ctx.results.passing)
+    goal = (f"Make all {total} acceptance criteria of the {len(ctx.prd.stories)} stories pass. "
+            f"Now {passing} of {total} pass.")
+    values = {
+        "iteration": str(ctx.iteration),
+        "max_iterations": str(ctx.max_iterations),
+        "project": ctx.prd.project or ctx.prd.branch_name or ctx.prd.path.stem,
+        "prd_path": _rel(ctx.prd.path, ctx.rootdir),
+        "rootdir": str(ctx.rootdir),
+        "goal": goal,
+        "story": render_story(story, ctx.results),
+        "story_id": story.id if story else "",
+        "failing": render_failing(ctx.prd, ctx.results, story),
+        "progress": ctx.progress.strip() or "(nothing yet: this is the first iteration)",
+    }
+    return string.Template(template).safe_substitute(values)
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)

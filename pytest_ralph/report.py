@@ -1,0 +1,131 @@
+"""The final report of a run: ``reports/ralph-<topic>-<date>.md`` in the state folder.
+
+Sections: outcome and stop reason; a story x iteration matrix; one row per
+iteration; the failing criteria of the last check with their fingerprints; claimed
+criteria; and, when the circuit breaker tripped, an escalation section with the
+full state a human needs to take over.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .checks import CLAIMED_NOTE
+from .fingerprint import fingerprint
+from .prompt import excerpt
+from .results import atomic_write_text
+
+if TYPE_CHECKING:
+    from .loop import RunRecord
+
+_EXIT_MEANING = {0: "complete", 1: "stopped at a limit", 2: "interrupted", 3: "internal error",
+                 6: "circuit breaker tripped", 7: "the agent could not run"}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_report(run: RunRecord) -> str:
+    """The report as Markdown."""
+    s = run.settings
+    last = run.last.results
+    n_iter = len(run.iterations) - 1
+    total = len(last.criteria)
+    claimed = [c for c in last.criteria if c.claimed and c.passed]
+    out: list[str] = []
+    title = run.prd.project or run.prd.branch_name or run.prd.path.stem
+    out += [f"# Ralph report: {title}", ""]
+    out += [
+        f"- Outcome: **{run.status}** (exit {run.exit_code}: "
+        f"{_EXIT_MEANING.get(run.exit_code or 0, '')})",
+        f"- Stop reason: {run.reason}",
+        f"- PRD: `{run.prd.path}` ({run.prd.format})",
+        f"- Agent: `{' '.join(run.argv)}`",
+        f"- Iterations: {n_iter} of at most {s.max_iterations}; breaker after {s.breaker} "
+        f"identical failures",
+        f"- Criteria: {len(last.passing)}/{total} passing"
+        + (f", {len(claimed)} of them {CLAIMED_NOTE}" if claimed else ""),
+        f"- Run: `{run.run_dir.id}`, started {run.started.isoformat(timespec='seconds')}"
+        + (f", finished {run.finished.isoformat(timespec='seconds')}" if run.finished else ""),
+        f"- State: `{run.run_dir.path}`",
+        "",
+    ]
+    # Story x iteration matrix.
+    heads = ["baseline" if it.n == 0 else str(it.n) for it in run.iterations]
+    out += ["## Stories x iterations", "",
+            "Passing criteria of each story after each check (`ok` when all pass).", "",
+            "| story | title | " + " | ".join(heads) + " |",
+            "|---|---|" + "---|" * len(heads)]
+    for story in run.prd.ordered_stories():
+        if s.story and story.id not in s.story:
+            continue
+        cells = []
+        for it in run.iterations:
+            crits = it.results.by_story().get(story.id)
+            if not crits:
+                cells.append("-")
+                continue
+            good = sum(c.passed for c in crits)
+            cells.append(f"{good}/{len(crits)}" + (" ok" if good == len(crits) else ""))
+        out.append(f"| {story.id} | {_cell(story.title)} | " + " | ".join(cells) + " |")
+    out.append("")
+    # Iterations.
+    out += ["## Iterations", "",
+            "| # | story | agent | outcome | seconds | passing | fingerprint | streak |",
+            "|---|---|---|---|---|---|---|---|"]
+    for it in run.iterations:
+        r = it.results
+        if it.agent is None:
+            agent_cells = "baseline check | - | -"
+        else:
+            agent_cells = (f"exit {it.agent.exit_code} | {it.agent.outcome} | "
+                           f"{it.agent.duration:.1f}")
+        out.append(f"| {it.n} | {it.story or '-'} | {agent_cells} | "
+                   f"{len(r.passing)}/{len(r.criteria)} | `{r.fingerprint}` | {it.streak} |")
+    out.append("")
+    # Failures.
+    if last.failing or last.errors:
+        out += ["## Failing criteria (last check)", ""]
+        for c in last.failing:
+            fp = fingerprint([(c.key, c.message)])
+            out += [f"### {c.key}: {c.text}", "", f"- node id: `{c.nodeid}`",
+                    f"- fingerprint: `{fp}`", "", "```text", excerpt(c.message, 2000), "```", ""]
+        for e in last.errors:
+            out += ["### Check phase error", "", "```text", excerpt(e, 2000), "```", ""]
+    if claimed:
+        out += ["## Claimed, not verified", "",
+                "These text criteria pass only because their story says `passes: true`; no "
+                "check verified them (map them to commands, or use --ralph-strict).", ""]
+        out += [f"- {c.key}: {c.text}" for c in claimed]
+        out.append("")
+    if run.status == "breaker":
+        out += _escalation(run)
+    return "\n".join(out)
+
+
+def _escalation(run: RunRecord) -> list[str]:
+    out = ["## Escalation", "",
+           "The circuit breaker stopped the loop: the agent produced the same failures "
+           f"{run.last.streak} times in a row. A human needs to look at this. Full state:", ""]
+    last_agent = next((it for it in reversed(run.iterations) if it.agent is not None), None)
+    if last_agent is not None and last_agent.agent is not None:
+        out += [f"- Last prompt: `{last_agent.folder / 'prompt.md'}`",
+                f"- Last agent log: `{last_agent.agent.log_path}`",
+                f"- Last check output: `{last_agent.folder / 'check.log'}`"]
+    out += [f"- Progress log: `{run.settings.dir / 'progress.txt'}`",
+            f"- Run summary: `{run.run_dir.path / 'run.json'}`", ""]
+    if last_agent is not None and last_agent.agent is not None:
+        out += ["### End of the last agent log", "", "```text",
+                excerpt(last_agent.agent.log_tail, 3000) or "(empty)", "```", ""]
+    out += ["### Full failure text of the last check", ""]
+    for c in run.last.results.failing:
+        out += [f"#### {c.key}", "", "```text", excerpt(c.message, 6000), "```", ""]
+    return out
+
+
+def write_report(run: RunRecord, path: Path) -> Path:
+    """Write the report of ``run`` to ``path`` and return the path."""
+    atomic_write_text(path, render_report(run))
+    return path

@@ -1,0 +1,157 @@
+"""The check-results file: what one check phase found, as plain JSON.
+
+The child pytest of each check phase writes this file (``--ralph-results PATH``);
+the loop controller reads it. Keeping the exchange in a file means the controller
+never imports project code.
+
+Format (``version`` 1)::
+
+    {"version": 1, "prd": "/abs/prd.json", "exitstatus": 1,
+     "criteria": [{"nodeid": "prd.json::US-001::AC1", "story": "US-001", "criterion": "AC1",
+                   "text": "...", "kind": "run", "outcome": "passed" | "failed",
+                   "message": "...", "claimed": false, "duration": 0.12}],
+     "errors": ["collection error text", ...]}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .fingerprint import fingerprint
+
+RESULTS_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CriterionResult:
+    """The outcome of one criterion in one check phase.
+
+    Attributes:
+        nodeid: the pytest node id.
+        story: story id.
+        criterion: criterion id (``AC1`` or explicit).
+        text: the criterion text (headline).
+        kind: ``run`` or ``text``.
+        outcome: ``passed`` or ``failed``.
+        message: failure text, or a note for a pass (``claimed, not verified``).
+        claimed: decided by the story's claim, not a check.
+        duration: seconds the check took.
+    """
+
+    nodeid: str
+    story: str
+    criterion: str
+    text: str
+    kind: str
+    outcome: str
+    message: str = ""
+    claimed: bool = False
+    duration: float = 0.0
+
+    @property
+    def key(self) -> str:
+        """``<story>::<criterion>``."""
+        return f"{self.story}::{self.criterion}"
+
+    @property
+    def passed(self) -> bool:
+        """Whether the criterion passed."""
+        return self.outcome == "passed"
+
+
+@dataclass(frozen=True)
+class CheckResults:
+    """Everything one check phase found.
+
+    Attributes:
+        criteria: one result per criterion, in collection order.
+        errors: problems that kept criteria from being checked at all (an invalid
+            PRD, a child pytest that crashed); each is a failure of the phase.
+        exitstatus: the child pytest's exit status (``-1`` when unknown).
+        duration: seconds the phase took.
+    """
+
+    criteria: tuple[CriterionResult, ...]
+    errors: tuple[str, ...] = ()
+    exitstatus: int = -1
+    duration: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failing(self) -> list[CriterionResult]:
+        """The criteria that failed, in collection order."""
+        return [c for c in self.criteria if not c.passed]
+
+    @property
+    def passing(self) -> list[CriterionResult]:
+        """The criteria that passed."""
+        return [c for c in self.criteria if c.passed]
+
+    @property
+    def complete(self) -> bool:
+        """True when there was at least one criterion, all passed, and nothing went wrong."""
+        return bool(self.criteria) and not self.errors and not self.failing
+
+    def failures(self) -> list[tuple[str, str]]:
+        """(criterion key or ``<check>``, failure text) for every failure and error."""
+        out = [(c.key, c.message) for c in self.failing]
+        out += [("<check>", e) for e in self.errors]
+        return out
+
+    @property
+    def fingerprint(self) -> str:
+        """The failure fingerprint (see :mod:`pytest_ralph.fingerprint`)."""
+        return fingerprint(self.failures())
+
+    def by_story(self) -> dict[str, list[CriterionResult]]:
+        """Criterion results grouped by story id, in collection order."""
+        out: dict[str, list[CriterionResult]] = {}
+        for c in self.criteria:
+            out.setdefault(c.story, []).append(c)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The results as a JSON-ready dict (format in the module docstring)."""
+        return {"version": RESULTS_VERSION, "exitstatus": self.exitstatus,
+                "duration": self.duration, **self.extra,
+                "criteria": [asdict(c) for c in self.criteria], "errors": list(self.errors)}
+
+
+def write_results(path: Path, criteria: Iterable[CriterionResult], errors: Iterable[str],
+                  exitstatus: int, extra: dict[str, Any] | None = None) -> None:
+    """Write a results file atomically (temp file + rename)."""
+    results = CheckResults(tuple(criteria), tuple(errors), exitstatus, extra=extra or {})
+    atomic_write_text(path, json.dumps(results.to_json(), indent=1, ensure_ascii=False))
+
+
+def read_results(path: Path) -> CheckResults:
+    """Read a results file.
+
+    Raises:
+        ValueError: the file is missing, not JSON, or not of this format.
+    """
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read check results {path}: {exc}") from None
+    if not isinstance(data, dict) or data.get("version") != RESULTS_VERSION:
+        raise ValueError(f"check results {path}: unknown format")
+    fields = CriterionResult.__dataclass_fields__
+    criteria = tuple(
+        CriterionResult(**{k: v for k, v in c.items() if k in fields}) for c in data["criteria"]
+    )
+    return CheckResults(criteria, tuple(data.get("errors", [])), int(data.get("exitstatus", -1)),
+                        float(data.get("duration", 0.0)))
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file and a rename,
+    so that a reader never sees a half-written file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,216 @@
+"""Loop settings, resolved once: command line > environment > ini > default.
+
+Every setting has an ini name (``ralph_<name>``) and an environment variable
+(``PYTEST_RALPH_<NAME>``); most have a command-line option (``--ralph-<name>``).
+A bad value raises :class:`SettingsError` naming where it came from.
+
+This module does not import pytest; :mod:`pytest_ralph.plugin` feeds it the option
+values, the environment and the ini values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .checks import DEFAULT_CHECK_TIMEOUT
+from .prd import MAX_PRD_BYTES
+
+
+class SettingsError(ValueError):
+    """A setting has a bad value; the message names its source and what was expected."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How one setting is read.
+
+    Attributes:
+        name: the setting's name (``max_iterations``); ini ``ralph_<name>``, environment
+            ``PYTEST_RALPH_<NAME>``.
+        help: one line for ``pytest --help``.
+        kind: ``str``, ``path``, ``int``, ``float``, ``bool`` or ``list``.
+        default: the value when no source sets it.
+        cli: the command-line option, or ``""`` for ini/environment only.
+        low, high: inclusive bounds of a number (``low`` exclusive for ``float``).
+    """
+
+    name: str
+    help: str
+    kind: str
+    default: Any = None
+    cli: str = ""
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def ini(self) -> str:
+        """The ini key."""
+        return f"ralph_{self.name}"
+
+    @property
+    def env(self) -> str:
+        """The environment variable."""
+        return f"PYTEST_RALPH_{self.name.upper()}"
+
+    @property
+    def dest(self) -> str:
+        """The argparse destination of the command-line option."""
+        return self.ini
+
+
+SPECS: tuple[Spec, ...] = (
+    Spec("prd", "PRD file to work on (default: discovered, see docs).", "path", None,
+         "--ralph-prd"),
+    Spec("agent", "Agent command line; {prompt_file} is replaced by the prompt file.", "str",
+         None, "--ralph-agent"),
+    Spec("max_iterations", "Stop after this many iterations (1..10000).", "int", 5,
+         "--ralph-max-iterations", 1, 10000),
+    Spec("breaker", "Trip the circuit breaker after this many identical failures in a row.",
+         "int", 3, "--ralph-breaker", 1, 1000),
+    Spec("agent_timeout", "Seconds before an agent run is killed (whole process group).",
+         "float", 1800.0, "--ralph-agent-timeout", 0, 7 * 24 * 3600),
+    Spec("story", "Limit the loop and the gate to this story id (repeatable).", "list", (),
+         "--ralph-story"),
+    Spec("strict", "Claimed text criteria fail instead of passing on the story's claim.", "bool",
+         False, "--ralph-strict"),
+    Spec("dir", "State folder, relative to the rootdir.", "path", ".pytest_ralph"),
+    Spec("prompt", "Prompt template file (default: the bundled prompt.md).", "path", None),
+    Spec("check_timeout", "Default seconds a `run` criterion may take.", "float",
+         DEFAULT_CHECK_TIMEOUT, "", 0, 7 * 24 * 3600),
+    Spec("agent_errors", "End the run (exit 7) after this many agent errors in a row.", "int", 3,
+         "", 1, 1000),
+    Spec("max_prd_bytes", "Refuse PRD files larger than this many bytes.", "int", MAX_PRD_BYTES,
+         "", 1, 2**40),
+)
+
+SPEC_BY_NAME = {s.name: s for s in SPECS}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective loop settings (see :data:`SPECS` for meanings and defaults).
+
+    Paths are absolute. ``sources`` maps each setting name to where its value came from.
+    """
+
+    prd: Path | None
+    agent: str | None
+    max_iterations: int
+    breaker: int
+    agent_timeout: float
+    story: tuple[str, ...]
+    strict: bool
+    dir: Path
+    prompt: Path | None
+    check_timeout: float
+    agent_errors: int
+    max_prd_bytes: int
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def resolve(
+    *,
+    cli: Mapping[str, Any],
+    env: Mapping[str, str],
+    ini: Callable[[str], Any],
+    ini_file: str,
+    invocation_dir: Path,
+    rootdir: Path,
+) -> Settings:
+    """Resolve every setting.
+
+    Args:
+        cli: command-line values by setting name (``None`` or missing: not given).
+        env: the environment.
+        ini: returns the raw ini value of an ini key, ``None``/``""``/``[]`` when unset.
+        ini_file: name of the configuration file, for messages.
+        invocation_dir: base of relative paths given on the command line or environment.
+        rootdir: base of relative paths given in ini, and of ``dir``.
+
+    Raises:
+        SettingsError: a value is malformed or out of range; the message names its source.
+    """
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for spec in SPECS:
+        raw: Any = None
+        source = "default"
+        base = rootdir
+        if spec.cli and cli.get(spec.name) not in (None, [], False):
+            raw, source, base = cli[spec.name], spec.cli, invocation_dir
+        elif env.get(spec.env, "").strip():
+            raw, source, base = env[spec.env], f"environment variable {spec.env}", invocation_dir
+        else:
+            ini_raw = ini(spec.ini)
+            if ini_raw not in (None, "", []):
+                raw, source = ini_raw, f"ini {spec.ini} ({ini_file})"
+        if spec.name == "dir":
+            base = rootdir
+        values[spec.name] = spec.default if raw is None else _convert(spec, raw, source, base)
+        sources[spec.name] = source
+    if values["dir"] is None:  # pragma: no cover - dir has a default
+        values["dir"] = rootdir / ".pytest_ralph"
+    values["dir"] = (rootdir / values["dir"]) if not Path(values["dir"]).is_absolute() else (
+        Path(values["dir"]))
+    return Settings(**values, sources=sources)
+
+
+def _convert(spec: Spec, raw: Any, source: str, base: Path) -> Any:
+    def bad(expected: str) -> SettingsError:
+        return SettingsError(f"{spec.ini.replace('ralph_', '')} from {source}: expected "
+                             f"{expected}; got {raw!r}")
+
+    if spec.kind == "str":
+        text = str(raw).strip()
+        if not text:
+            raise bad("a non-empty string")
+        return text
+    if spec.kind == "path":
+        text = str(raw).strip()
+        if not text:
+            raise bad("a path")
+        p = Path(text).expanduser()
+        return p if p.is_absolute() else base / p
+    if spec.kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise bad("true or false")
+    if spec.kind == "list":
+        items = raw if isinstance(raw, (list, tuple)) else str(raw).replace(",", " ").split()
+        out = tuple(dict.fromkeys(str(i).strip() for i in items if str(i).strip()))
+        if not out:
+            raise bad("one or more story ids")
+        return out
+    try:
+        number: float = int(str(raw).strip()) if spec.kind == "int" else float(str(raw).strip())
+    except ValueError:
+        raise bad("an integer" if spec.kind == "int" else "a number of seconds") from None
+    low, high = spec.low, spec.high
+    if spec.kind == "int":
+        if (low is not None and number < low) or (high is not None and number > high):
+            raise bad(f"an integer from {low:g} to {high:g}")
+    elif (low is not None and number <= low) or (high is not None and number > high) or (
+            number != number):
+        raise bad(f"a number of seconds > {low:g} and <= {high:g}")
+    return number
+
+
+def describe(settings: Settings) -> list[str]:
+    """One ``name = value (source)`` line per setting that is not at its default."""
+    out = []
+    for spec in SPECS:
+        source = settings.sources.get(spec.name, "default")
+        if source != "default":
+            out.append(f"{spec.name} = {getattr(settings, spec.name)!s} ({source})")
+    return out

@@ -1,0 +1,123 @@
+"""The state folder (``.pytest_ralph/`` by default; ini ``ralph_dir``).
+
+Layout::
+
+    .pytest_ralph/
+      .gitignore                  # "*": the folder never shows up in git status
+      progress.txt                # append-only log of every iteration, readable by agents
+      runs/<run id>/
+        run.json                  # the run so far, rewritten atomically after every iteration
+        iteration-000/            # the baseline check
+          check.json check.log
+        iteration-001/
+          prompt.md agent.log check.json check.log
+      reports/ralph-<topic>-<date>.md
+
+Everything is written as the run goes, so a crash loses at most the iteration in progress.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from .results import atomic_write_text
+
+PROGRESS_FILE = "progress.txt"
+
+
+class StateDir:
+    """The state folder of one project.
+
+    Args:
+        root: the folder (created on first use).
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def ensure(self) -> None:
+        """Create the folder and its ``.gitignore``.
+
+        Raises:
+            OSError: the folder cannot be created.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        ignore = self.root / ".gitignore"
+        if not ignore.exists():
+            ignore.write_text("# Created by pytest-ralph: the loop's state and reports.\n*\n",
+                              encoding="utf-8")
+
+    @property
+    def progress_path(self) -> Path:
+        """``progress.txt``: the append-only progress log."""
+        return self.root / PROGRESS_FILE
+
+    @property
+    def reports_dir(self) -> Path:
+        """The folder of final reports."""
+        return self.root / "reports"
+
+    def append_progress(self, text: str) -> None:
+        """Append ``text`` (plus a newline if missing) to ``progress.txt`` and flush it to disk."""
+        if not text.endswith("\n"):
+            text += "\n"
+        with self.progress_path.open("a", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def read_progress_tail(self, max_chars: int) -> str:
+        """The last ``max_chars`` characters of ``progress.txt`` ("" if there is none)."""
+        try:
+            text = self.progress_path.read_text("utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+        if len(text) <= max_chars:
+            return text
+        cut = text[-max_chars:]
+        return "...\n" + cut[cut.find("\n") + 1:]
+
+    def new_run(self) -> RunDir:
+        """Create the folder of a new run, named by UTC time and a random suffix."""
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+        run = RunDir(self.root / "runs" / f"{stamp}-{secrets.token_hex(3)}")
+        run.path.mkdir(parents=True)
+        return run
+
+    def report_path(self, topic: str, date: _dt.date) -> Path:
+        """A new path ``reports/ralph-<topic>-<YYYY-MM-DD>.md``; ``-2``, ``-3``... when taken."""
+        self.reports_dir.mkdir(parents=True, exist_ok=True)
+        base = f"ralph-{topic}-{date.isoformat()}"
+        path = self.reports_dir / f"{base}.md"
+        n = 2
+        while path.exists():
+            path = self.reports_dir / f"{base}-{n}.md"
+            n += 1
+        return path
+
+
+class RunDir:
+    """The folder of one run: ``run.json`` and one sub-folder per iteration."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @property
+    def id(self) -> str:
+        """The run id (the folder name)."""
+        return self.path.name
+
+    def iteration_dir(self, n: int) -> Path:
+        """The folder of iteration ``n`` (0 is the baseline check), created if needed."""
+        d = self.path / f"iteration-{n:03d}"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def write_summary(self, data: dict[str, Any]) -> None:
+        """Rewrite ``run.json`` atomically."""
+        atomic_write_text(self.path / "run.json", json.dumps(data, indent=1, ensure_ascii=False))
