@@ -63,7 +63,8 @@ class CheckPhaseConfig:
 
 def run_check_phase(config: CheckPhaseConfig, out_dir: Path,
                     argv_override: Sequence[str] | None = None) -> CheckResults:
-    """Check every criterion in a child pytest; keep ``check.json`` and ``check.log`` in ``out_dir``.
+    """Check every criterion in a child pytest; keep ``check.json`` and ``check.log`` in
+    ``out_dir``.
 
     A child that dies, times out or writes no results gives a :class:`CheckResults`
     whose ``errors`` say so: a broken check phase is a failure, never a pass.

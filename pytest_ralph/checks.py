@@ -107,7 +107,7 @@ class ClaimedCheck:
     strict: bool = False
 
     def run(self) -> CheckResult:
-        """Pass on the claim; fail when the story does not claim ``passes: true`` or in strict mode."""
+        """Pass on the claim; fail without a ``passes: true`` claim, or in strict mode."""
         if self.strict:
             return CheckResult(False, f"{CLAIMED_NOTE}: no check is mapped to this text criterion "
                                       "and --ralph-strict refuses claims", claimed=True)

@@ -14,7 +14,8 @@ from collections.abc import Iterable
 
 _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     # ISO 8601 and common log timestamps.
-    (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?"), "<time>"),
+    (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?"),
+     "<time>"),
     (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(\.\d+)?\b"), "<time>"),
     # Memory addresses and hashes.
     (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<addr>"),

@@ -12,6 +12,7 @@ This module does not import pytest.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import signal
@@ -204,7 +205,8 @@ class Loop:
             argv = split_command(s.agent)
             resolve_executable(argv, self.rootdir)
         except AgentCommandError as exc:
-            raise LoopUsageError(f"{exc} (agent from {s.sources.get('agent', 'default')})") from None
+            source = s.sources.get("agent", "default")
+            raise LoopUsageError(f"{exc} (agent from {source})") from None
         self._template()
         return prd, argv
 
@@ -342,10 +344,8 @@ class Loop:
 
     def _reload(self, run: RunRecord) -> PRD:
         """The PRD as it is now (the agent may edit it); the last good one if it is broken."""
-        try:
+        with contextlib.suppress(PRDError):
             run.prd = load_prd(run.prd.path, max_bytes=self.settings.max_prd_bytes)
-        except PRDError:
-            pass
         return run.prd
 
     def _write_back(self, prd: PRD, results: CheckResults, state: StateDir) -> None:

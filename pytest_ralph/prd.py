@@ -217,7 +217,11 @@ def _parse(path: Path, text: str, fmt: str) -> tuple[Any, list[str]]:
         before = source[: exc.pos].rstrip()
         if fmt == "json" and re.match(r"\s*(//|/\*)", source[exc.pos:]):
             hint = "comments are not allowed in .json: remove them, or rename the file to .jsonc"
-        elif before.endswith(","):
+        elif not source.strip():
+            hint = "the file is empty; expected an object with a 'userStories' array"
+        elif not source[exc.pos:].strip():
+            hint = "the file ends too early: is it truncated?"
+        elif before.endswith(",") and source[exc.pos] in "]}":
             hint = ("a trailing comma is not allowed in JSON: remove it"
                     + (", or rename the file to .jsonc" if fmt == "json" else ""))
         raise PRDError(path, [Problem("$", f"invalid JSON: {exc.msg}", exc.lineno, exc.colno,
@@ -397,16 +401,17 @@ def _problem(err: jsonschema.ValidationError, positions: _Positions) -> Problem:
     line, col = positions.at(jp)
     inst = err.instance
     kind = err.validator
+    value: Any = err.validator_value
     hint = ""
     if kind == "type":
-        expected = err.validator_value
-        names = [expected] if isinstance(expected, str) else list(expected)
-        msg = f"expected {' or '.join(_TYPE_NAMES.get(n, n) for n in names)}; found {_describe(inst)}"
+        names = [value] if isinstance(value, str) else list(value)
+        expected = " or ".join(_TYPE_NAMES.get(n, n) for n in names)
+        msg = f"expected {expected}; found {_describe(inst)}"
         if names == ["boolean"] and isinstance(inst, str) and inst.lower() in ("true", "false"):
             hint = f"write {inst.lower()} without quotes"
     elif kind == "required":
-        missing = [k for k in err.validator_value if isinstance(inst, dict) and k not in inst]
-        msg = f"missing required key {missing[0]!r}" if missing else err.message
+        m = re.match(r"^'(.*)' is a required property$", err.message)
+        msg = f"missing required key {m.group(1)!r}" if m else err.message
     elif kind == "pattern":
         msg = (f"invalid id {json.dumps(inst, ensure_ascii=False)}: an id may not contain "
                "whitespace, '/', '[', ']' or '::' (it becomes part of a pytest node id)")
@@ -414,7 +419,7 @@ def _problem(err: jsonschema.ValidationError, positions: _Positions) -> Problem:
         msg = f"expected a non-empty string; found {_describe(inst)}"
     elif kind in ("minimum", "maximum", "exclusiveMinimum"):
         bound = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">"}[str(kind)]
-        msg = f"expected a number {bound} {err.validator_value}; found {inst!r}"
+        msg = f"expected a number {bound} {value}; found {inst!r}"
     elif kind == "oneOf" and isinstance(inst, dict) and all(k in inst for k in _CHECK_KEYS):
         msg = "a criterion has both 'run' and 'testCommand' (aliases); expected one of them"
         hint = "keep 'run'"
@@ -452,7 +457,8 @@ def _semantic_problems(prd: PRD, positions: _Positions) -> list[Problem]:
         if story.id in first_story:
             problems.append(Problem(
                 story.json_path + ".id",
-                f"duplicate story id {story.id!r} (first used at {first_story[story.id].json_path})",
+                f"duplicate story id {story.id!r} "
+                f"(first used at {first_story[story.id].json_path})",
                 *positions.at(story.json_path + ".id"), hint="give every story its own id"))
         else:
             first_story[story.id] = story

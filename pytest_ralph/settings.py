@@ -192,17 +192,16 @@ def _convert(spec: Spec, raw: Any, source: str, base: Path) -> Any:
         if not out:
             raise bad("one or more story ids")
         return out
+    low, high = spec.low or 0, spec.high or 0
+    expected = (f"an integer from {low:g} to {high:g}" if spec.kind == "int" else
+                f"a number of seconds > {low:g} and <= {high:g}")
     try:
         number: float = int(str(raw).strip()) if spec.kind == "int" else float(str(raw).strip())
     except ValueError:
-        raise bad("an integer" if spec.kind == "int" else "a number of seconds") from None
-    low, high = spec.low, spec.high
-    if spec.kind == "int":
-        if (low is not None and number < low) or (high is not None and number > high):
-            raise bad(f"an integer from {low:g} to {high:g}")
-    elif (low is not None and number <= low) or (high is not None and number > high) or (
-            number != number):
-        raise bad(f"a number of seconds > {low:g} and <= {high:g}")
+        raise bad(expected) from None
+    too_low = number < low if spec.kind == "int" else not number > low  # NaN is too low
+    if too_low or number > high:
+        raise bad(expected)
     return number
 
 

@@ -1,0 +1,436 @@
+"""The loop, end to end: `pytest --ralph` in a subprocess with real agents and child checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from .conftest import PY, story
+
+# An agent that reads the prompt on stdin and fixes only the first failing criterion it names:
+# for a check `test -f NAME` it creates NAME. It converges only if the prompt carries failures.
+FIRST_FAILURE_AGENT = r"""
+import pathlib, re, sys
+prompt = sys.stdin.read()
+with open("agent-runs.txt", "a") as f:
+    f.write("run\n")
+section = prompt.split("## Failing acceptance criteria", 1)[-1].split("\n## ", 1)[0]
+m = re.search(r"check: run `test -f (\S+)`", section)
+if m:
+    pathlib.Path(m.group(1)).write_text("fixed\n")
+    print("agent: created", m.group(1))
+else:
+    print("agent: nothing to fix")
+"""
+
+COUNTING_NOOP_AGENT = """
+with open("agent-runs.txt", "a") as f:
+    f.write("run\\n")
+"""
+
+
+def files_criteria(*names: str) -> list[dict[str, str]]:
+    return [{"text": f"{n} exists", "run": f"test -f {n}"} for n in names]
+
+
+def agent_runs(pytester: pytest.Pytester) -> int:
+    path = pytester.path / "agent-runs.txt"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def run_json(pytester: pytest.Pytester) -> dict[str, object]:
+    (path,) = (pytester.path / ".pytest_ralph" / "runs").glob("*/run.json")
+    data: dict[str, object] = json.loads(path.read_text())
+    return data
+
+
+def report_text(pytester: pytest.Pytester) -> str:
+    reports = sorted((pytester.path / ".pytest_ralph" / "reports").glob("ralph-*.md"))
+    assert len(reports) == 1, reports
+    return reports[0].read_text()
+
+
+@pytest.fixture
+def three_files_prd(write_prd: Callable[..., Path]) -> Path:
+    return write_prd(story("US-001", *files_criteria("a.txt", "b.txt"), priority=2),
+                     story("US-002", *files_criteria("c.txt"), priority=1))
+
+
+def test_converges_one_fix_per_iteration(pytester: pytest.Pytester, three_files_prd: Path,
+                                         agent: Callable[[str, str], str]) -> None:
+    cmd = agent("agent.py", FIRST_FAILURE_AGENT)
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd)
+    assert result.ret == 0, result.stdout.str()
+    out = result.stdout.str()
+    # Priority 1 story first: c.txt, then a.txt, then b.txt.
+    assert [p.name for p in sorted(pytester.path.glob("?.txt"), key=os.path.getmtime)] == [
+        "c.txt", "a.txt", "b.txt"]
+    assert agent_runs(pytester) == 3
+    result.stdout.fnmatch_lines([
+        "[[]ralph baseline[]]", "  0/3 criteria passing*",
+        "[[]ralph iteration 1/5[]]",
+        "  Goal: 3 criteria of 2 stories pass (prd.json)",
+        "  Tried: agent `python*` exit 0 in * s",
+        "  Result: failure: 2 criteria failing (US-001::AC1, US-001::AC2)",
+        "  State: 1/3 passing (+1); identical-failure streak 1/3",
+        "[[]ralph iteration 3/5[]]", "*", "*", "  Result: success: every criterion passes",
+        "  State: 3/3 passing (+1)*",
+        "pytest-ralph: complete (exit 0) after 3 iterations*",
+    ])
+    assert "iteration 4/5" not in out
+    report = report_text(pytester)
+    assert "- Outcome: **complete**" in report
+    assert "| US-002 | story US-002 | 0/1 | 1/1 ok | 1/1 ok | 1/1 ok |" in report
+    assert "| US-001 | story US-001 | 0/2 | 0/2 | 1/2 | 2/2 ok |" in report
+    # Write-back: every story now says passes: true.
+    prd = json.loads(three_files_prd.read_text())
+    assert [s["passes"] for s in prd["userStories"]] == [True, True]
+
+
+def test_breaker_trips_after_exactly_three_agent_runs(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path]) -> None:
+    write_prd(story("US-001", *files_criteria("never.txt")))
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass")
+    assert result.ret == 6, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*identical-failure streak 1/3", "*identical-failure streak 2/3",
+        "*identical-failure streak 3/3",
+        "pytest-ralph: breaker (exit 6) after 3 iterations: circuit breaker: the same failure*"])
+    data = run_json(pytester)
+    agent_iterations = [it for it in data["iterations"] if it["agent"]]  # type: ignore[attr-defined]
+    assert len(agent_iterations) == 3
+    assert data["status"] == "breaker"
+    report = report_text(pytester)
+    assert "circuit breaker: the same failure" in report
+    assert "## Escalation" in report
+    assert "US-001::AC1" in report and "never.txt" in report
+
+
+def test_breaker_counts_with_a_counting_agent(pytester: pytest.Pytester,
+                                              write_prd: Callable[..., Path],
+                                              agent: Callable[[str, str], str]) -> None:
+    write_prd(story("US-001", *files_criteria("never.txt")))
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
+                                           agent("noop.py", COUNTING_NOOP_AGENT),
+                                           "--ralph-breaker", "2")
+    assert result.ret == 6
+    assert agent_runs(pytester) == 2
+
+
+def test_success_on_the_last_allowed_iteration(pytester: pytest.Pytester, three_files_prd: Path,
+                                               agent: Callable[[str, str], str]) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
+                                           agent("agent.py", FIRST_FAILURE_AGENT),
+                                           "--ralph-max-iterations", "3")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["[[]ralph iteration 3/3[]]", "*", "*",
+                                 "  Result: success: every criterion passes"])
+
+
+def test_limit_exit_1(pytester: pytest.Pytester, three_files_prd: Path,
+                      agent: Callable[[str, str], str]) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
+                                           agent("agent.py", FIRST_FAILURE_AGENT),
+                                           "--ralph-max-iterations", "2")
+    assert result.ret == 1
+    assert agent_runs(pytester) == 2
+    result.stdout.fnmatch_lines(["*stopped at the iteration limit (2) with 1 criterion still "
+                                 "failing*"])
+    assert "- Outcome: **limit**" in report_text(pytester)
+
+
+def test_baseline_complete_runs_no_agent(pytester: pytest.Pytester,
+                                         write_prd: Callable[..., Path],
+                                         agent: Callable[[str, str], str]) -> None:
+    (pytester.path / "a.txt").write_text("x")
+    write_prd(story("US-001", *files_criteria("a.txt")))
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
+                                           agent("noop.py", COUNTING_NOOP_AGENT))
+    assert result.ret == 0
+    assert agent_runs(pytester) == 0
+    result.stdout.fnmatch_lines(["pytest-ralph: complete (exit 0) after 0 iterations: every "
+                                 "criterion passed at the baseline check*"])
+
+
+def test_missing_agent_is_exit_4_before_any_check(pytester: pytest.Pytester,
+                                                  write_prd: Callable[..., Path]) -> None:
+    write_prd(story("US-001", *files_criteria("a.txt")))
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
+                                           "no-such-agent-xyz --flag")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*agent executable not found: 'no-such-agent-xyz'*"])
+    assert not (pytester.path / ".pytest_ralph").exists()
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_no_agent_configured_is_exit_4(pytester: pytest.Pytester,
+                                       write_prd: Callable[..., Path]) -> None:
+    write_prd(story("US-001", *files_criteria("a.txt")))
+    result = pytester.runpytest_subprocess("--ralph")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*no agent configured*--ralph-agent*"])
+
+
+def test_no_prd_is_exit_5(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass")
+    assert result.ret == 5
+    result.stderr.fnmatch_lines(["*no PRD found: looked for prd.json, prd.jsonc, prd.yaml, "
+                                 "prd.yml in*--ralph-prd*"])
+
+
+def test_empty_user_stories_is_exit_5_naming_the_file(pytester: pytest.Pytester,
+                                                      write_prd: Callable[..., Path]) -> None:
+    path = write_prd()
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass")
+    assert result.ret == 5
+    result.stderr.fnmatch_lines([f"*{path}: userStories is empty*"])
+
+
+def test_story_filter_matching_nothing_is_exit_5(pytester: pytest.Pytester,
+                                                 three_files_prd: Path) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass",
+                                           "--ralph-story", "US-404")
+    assert result.ret == 5
+    result.stderr.fnmatch_lines(["*--ralph-story US-404 selects no story*US-001, US-002*"])
+
+
+def test_story_filter_limits_the_loop(pytester: pytest.Pytester, three_files_prd: Path,
+                                      agent: Callable[[str, str], str]) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
+                                           agent("agent.py", FIRST_FAILURE_AGENT),
+                                           "--ralph-story", "US-001")
+    assert result.ret == 0, result.stdout.str()
+    assert not (pytester.path / "c.txt").exists()
+    assert (pytester.path / "a.txt").exists() and (pytester.path / "b.txt").exists()
+    result.stdout.fnmatch_lines(["*Goal: 2 criteria of 1 stories pass*"])
+
+
+def test_bad_prd_is_exit_4_with_file_and_line(pytester: pytest.Pytester) -> None:
+    (pytester.path / "prd.json").write_text('{"userStories": [\n  {"id": "US-1",}\n]}\n')
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass")
+    assert result.ret == 4
+    err = result.stderr.str()
+    assert "prd.json:2:" in err and "invalid JSON" in err and "trailing comma" in err
+    assert "Traceback" not in err + result.stdout.str()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "State:\tZ" not in status
+
+
+HANGING_AGENT = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+with open("grandchild.pid", "w") as f:
+    f.write(str(child.pid))
+time.sleep(300)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_hanging_agent_and_its_grandchild_are_killed_at_the_timeout(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path],
+        agent: Callable[[str, str], str]) -> None:
+    write_prd(story("US-001", *files_criteria("never.txt")))
+    start = time.monotonic()
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
+                                           agent("hang.py", HANGING_AGENT),
+                                           "--ralph-agent-timeout", "1.5",
+                                           "--ralph-max-iterations", "1")
+    elapsed = time.monotonic() - start
+    assert result.ret == 1, result.stdout.str()
+    assert elapsed < 60
+    pid = int((pytester.path / "grandchild.pid").read_text())
+    assert not _alive(pid), f"grandchild {pid} survived the agent timeout"
+    result.stdout.fnmatch_lines(["  Tried: agent `python*` timed out (process group killed) in *"])
+    data = run_json(pytester)
+    assert data["iterations"][1]["agent"]["outcome"] == "timeout"  # type: ignore[index]
+
+
+def test_agent_error_streak_is_exit_7(pytester: pytest.Pytester, write_prd: Callable[..., Path],
+                                      agent: Callable[[str, str], str]) -> None:
+    write_prd(story("US-001", *files_criteria("never.txt")))
+    result = pytester.runpytest_subprocess(
+        "--ralph", "--ralph-agent", agent("crash.py", "raise SystemExit(3)"))
+    assert result.ret == 7, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*identical-failure streak 0/3 (unchanged: the agent did not run properly); "
+        "agent-error streak 1/3",
+        "*agent-error streak 3/3",
+        "pytest-ralph: agent-error (exit 7)*"])
+
+
+PROMPT_ECHO_AGENT = """
+import json, os, sys
+stdin = sys.stdin.read()
+with open(sys.argv[1], encoding="utf-8") as f:
+    from_file = f.read()
+with open("seen.json", "w") as f:
+    json.dump({"same": stdin == from_file, "prompt": stdin,
+               "controller": os.environ.get("PYTEST_RALPH_CONTROLLER"),
+               "cwd": os.getcwd()}, f)
+"""
+
+
+def test_prompt_on_stdin_and_in_prompt_file(pytester: pytest.Pytester,
+                                            write_prd: Callable[..., Path],
+                                            agent: Callable[[str, str], str]) -> None:
+    write_prd(story("US-001", *files_criteria("never.txt"), title="Make the file"),
+              story("US-002", "Docs are written", priority=5))
+    cmd = agent("echo.py", PROMPT_ECHO_AGENT) + " {prompt_file}"
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd,
+                                           "--ralph-max-iterations", "1")
+    assert result.ret == 1
+    seen = json.loads((pytester.path / "seen.json").read_text())
+    assert seen["same"] is True
+    assert seen["controller"] == "1"
+    assert Path(seen["cwd"]) == pytester.path
+    prompt = seen["prompt"]
+    assert "# Ralph loop: iteration 1 of 1" in prompt
+    assert "US-001: Make the file" in prompt
+    assert "- [US-001::AC1] never.txt exists" in prompt
+    assert "command `test -f never.txt` failed: exit status 1" in prompt
+    assert "- [US-002::AC1] Docs are written" in prompt  # listed among the later failures
+
+
+def test_prompt_template_from_ini(pytester: pytest.Pytester, write_prd: Callable[..., Path],
+                                  agent: Callable[[str, str], str]) -> None:
+    write_prd(story("US-001", *files_criteria("never.txt")))
+    (pytester.path / "my-prompt.md").write_text("CUSTOM $story_id :: $failing")
+    pytester.makeini("[pytest]\nralph_prompt = my-prompt.md\n")
+    cmd = agent("echo.py", PROMPT_ECHO_AGENT) + " {prompt_file}"
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd,
+                                           "--ralph-max-iterations", "1")
+    assert result.ret == 1
+    prompt = json.loads((pytester.path / "seen.json").read_text())["prompt"]
+    assert prompt.startswith("CUSTOM US-001 :: - [US-001::AC1] never.txt exists")
+
+
+def test_dry_run_prints_prompt_and_argv_and_runs_nothing(
+        pytester: pytest.Pytester, three_files_prd: Path,
+        agent: Callable[[str, str], str]) -> None:
+    cmd = agent("noop.py", COUNTING_NOOP_AGENT)
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-dry-run", "--ralph-agent",
+                                           cmd + " --file {prompt_file}")
+    assert result.ret == 0
+    out = result.stdout.str()
+    assert "--- agent argv ---" in out and "noop.py" in out and "--file" in out
+    assert "- [US-002::AC1] c.txt exists" in out
+    assert agent_runs(pytester) == 0
+    assert not (pytester.path / ".pytest_ralph").exists()
+
+
+@pytest.mark.parametrize(("ini", "env", "cli", "expected"), [
+    ("2", None, None, "2"), ("2", "3", None, "3"), ("2", "3", "4", "4"), (None, None, None, "5")])
+def test_settings_precedence_cli_env_ini_default(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path],
+        agent: Callable[[str, str], str], monkeypatch: pytest.MonkeyPatch, ini: str | None,
+        env: str | None, cli: str | None, expected: str) -> None:
+    write_prd(story("US-001", *files_criteria("a.txt")))
+    if ini:
+        pytester.makeini(f"[pytest]\nralph_max_iterations = {ini}\n")
+    if env:
+        monkeypatch.setenv("PYTEST_RALPH_MAX_ITERATIONS", env)
+    args = ["--ralph", "--ralph-agent", agent("mk.py", "open('a.txt', 'w').close()")]
+    if cli:
+        args += ["--ralph-max-iterations", cli]
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines([f"[[]ralph iteration 1/{expected}[]]"])
+
+
+@pytest.mark.parametrize(("where", "source"), [
+    ("env", "environment variable PYTEST_RALPH_MAX_ITERATIONS"),
+    ("ini", "ini ralph_max_iterations (tox.ini)"),
+    ("cli", "--ralph-max-iterations")])
+@pytest.mark.parametrize("value", ["0", "10001", "many"])
+def test_bad_setting_names_its_source(pytester: pytest.Pytester,
+                                      write_prd: Callable[..., Path],
+                                      monkeypatch: pytest.MonkeyPatch, where: str, source: str,
+                                      value: str) -> None:
+    write_prd(story("US-001", *files_criteria("a.txt")))
+    args = ["--ralph", "--ralph-agent", f"{PY} -c pass"]
+    if where == "env":
+        monkeypatch.setenv("PYTEST_RALPH_MAX_ITERATIONS", value)
+    elif where == "ini":
+        pytester.makeini(f"[pytest]\nralph_max_iterations = {value}\n")
+    else:
+        args += ["--ralph-max-iterations", value]
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == 4
+    result.stderr.fnmatch_lines([f"*max_iterations from {source}: expected an integer from 1 "
+                                 f"to 10000; got '{value}'*"])
+
+
+def test_state_folder_progress_and_iteration_folders(
+        pytester: pytest.Pytester, three_files_prd: Path,
+        agent: Callable[[str, str], str]) -> None:
+    pytester.makeini("[pytest]\nralph_dir = state/here\n")
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
+                                           agent("agent.py", FIRST_FAILURE_AGENT))
+    assert result.ret == 0
+    state = pytester.path / "state" / "here"
+    (run,) = (state / "runs").iterdir()
+    assert sorted(p.name for p in run.iterdir()) == [
+        "iteration-000", "iteration-001", "iteration-002", "iteration-003", "run.json"]
+    assert sorted(p.name for p in (run / "iteration-000").iterdir()) == ["check.json",
+                                                                           "check.log"]
+    assert sorted(p.name for p in (run / "iteration-002").iterdir()) == [
+        "agent.log", "check.json", "check.log", "prompt.md"]
+    assert "agent: created a.txt" in (run / "iteration-002" / "agent.log").read_text()
+    progress = (state / "progress.txt").read_text()
+    assert progress.count("## ") == 3
+    assert "why US-001::AC1: command `test -f a.txt` failed: exit status 1" in progress
+    assert (state / ".gitignore").read_text().strip().endswith("*")
+    assert list((state / "reports").glob("ralph-demo-*.md"))
+
+
+def test_write_back_corrects_a_false_claim(pytester: pytest.Pytester,
+                                          write_prd: Callable[..., Path]) -> None:
+    (pytester.path / "a.txt").write_text("x")
+    path = write_prd(story("US-001", *files_criteria("a.txt"), passes=False),
+                     story("US-002", *files_criteria("never.txt"), passes=True))
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass",
+                                           "--ralph-max-iterations", "1")
+    assert result.ret == 1
+    data = json.loads(path.read_text())
+    assert [s["passes"] for s in data["userStories"]] == [True, False]
+    assert data["userStories"][0]["acceptanceCriteria"] == files_criteria("a.txt")
+
+
+SLOW_AGENT = """
+import pathlib, time
+pathlib.Path("agent-started").write_text("1")
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_is_exit_2_and_writes_the_report(pytester: pytest.Pytester,
+                                                write_prd: Callable[..., Path],
+                                                agent: Callable[[str, str], str]) -> None:
+    write_prd(story("US-001", *files_criteria("never.txt")))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--ralph", "--ralph-agent", agent("slow.py", SLOW_AGENT)],
+        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while not (pytester.path / "agent-started").exists():
+        assert time.monotonic() < deadline, "agent never started"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, out.decode()
+    assert b"pytest-ralph: interrupted (exit 2)" in out
+    assert "- Outcome: **interrupted**" in report_text(pytester)
