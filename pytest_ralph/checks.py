@@ -71,8 +71,8 @@ class RunCheck:
     def run(self) -> CheckResult:
         """Run the command; a non-zero exit, a timeout or a missing ``cwd`` is a failure."""
         if not self.cwd.is_dir():
-            return CheckResult(False, f"command `{self.command}` not run: its working directory "
-                                      f"{self.cwd} does not exist (expected an existing folder)")
+            return CheckResult(False, f"working directory {self.cwd} does not exist (expected an "
+                                      f"existing folder): `{self.command}` not run")
         env = dict(os.environ)
         env.pop("PYTEST_RALPH_CHILD", None)
         with tempfile.TemporaryFile() as out:
@@ -89,7 +89,7 @@ class RunCheck:
             found = f"exit status {finished.returncode}"
             if finished.returncode == 127:
                 found += " (command not found)"
-        text = f"command `{self.command}` failed: {found} (expected exit status 0)"
+        text = f"{found}, expected exit status 0: `{self.command}`"
         text += f"\noutput (last lines):\n{tail}" if tail else "\noutput: (none)"
         return CheckResult(False, text)
 

@@ -42,6 +42,7 @@ class PRDFile(pytest.File):
         from .plugin import get_settings
 
         settings = get_settings(self.config)
+        self.config.stash.setdefault(COLLECTED_PRDS, set()).add(self.path.resolve())
         prd = load_prd(self.path, max_bytes=settings.max_prd_bytes)
         if not prd.stories:
             notes: list[str] = self.config.stash.setdefault(EMPTY_PRDS, [])
@@ -110,3 +111,4 @@ class CriterionItem(pytest.Item):
 
 
 EMPTY_PRDS = pytest.StashKey[list[str]]()
+COLLECTED_PRDS = pytest.StashKey[set[Path]]()

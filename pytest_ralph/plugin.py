@@ -24,6 +24,7 @@ import pytest
 
 from .checkrun import CHILD_ENV
 from .collect import (
+    COLLECTED_PRDS,
     EMPTY_PRDS,
     PROP_CLAIMED,
     PROP_CRITERION,
@@ -39,6 +40,7 @@ from .results import CriterionResult, write_results
 from .settings import SPECS, Settings, SettingsError, describe, resolve
 
 SETTINGS = pytest.StashKey[Settings]()
+DISCOVERED_PRD = pytest.StashKey[Path]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -139,8 +141,8 @@ def pytest_configure(config: pytest.Config) -> None:
     args_source = getattr(config, "args_source", None)
     if args_source is not None and args_source != pytest.Config.ArgsSource.ARGS:
         prd = settings.prd or discover_prd(config.rootpath)
-        if prd is not None and prd.is_file() and str(prd) not in config.args:
-            config.args.append(str(prd))
+        if prd is not None and prd.is_file():
+            config.stash[DISCOVERED_PRD] = prd.resolve()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -163,8 +165,15 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> PRDFile | 
     return None
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect the criteria of stories not named by ``--ralph-story``."""
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    """Add the discovered PRD when pytest's own walk did not reach it (a hidden ``.ralph/``
+    folder, outside ``testpaths``); deselect stories not named by ``--ralph-story``."""
+    prd = config.stash.get(DISCOVERED_PRD, None)
+    if prd is not None and prd not in config.stash.get(COLLECTED_PRDS, set()):
+        node = PRDFile.from_parent(session, path=prd)
+        items.extend(session.genitems(node))
     stories = get_settings(config).story
     if not stories:
         return

@@ -9,6 +9,7 @@ interrupt, or after it exits, every process left in that group is killed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -90,6 +91,9 @@ def run_in_group(
     finally:
         # Kill what is left of the group: the command on timeout, or helpers it left behind.
         kill_group(proc)
+        if proc.stdin is not None:  # left open by a timeout or an interrupt
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
     duration = time.monotonic() - start
     return Finished(None if timed_out else proc.returncode, timed_out, duration)
 
@@ -127,11 +131,44 @@ def _signal_group(pgid: int, sig: int) -> bool:
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether a process of the group can still run.
+
+    Zombies count as gone: they cannot be killed, and orphans in the group are reaped
+    by whatever adopted them (often late, or never, when PID 1 does not reap), so
+    waiting for them would only spend the whole grace period.
+    """
     try:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return True
+    states = _group_states(pgid)
+    if not states:  # no /proc, or its members are not visible: trust killpg
+        return True
+    return any(state not in ("Z", "X") for state in states)
+
+
+def _group_states(pgid: int) -> list[str]:
+    """The process states (``R``, ``S``, ``Z``...) of the members of group ``pgid``, read
+    from ``/proc`` (Linux); empty when ``/proc`` is not available."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    states = []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # Fields after the command name (which may contain spaces and parentheses):
+        # state, ppid, pgrp, ...
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 2 and fields[2] == str(pgid).encode():
+            states.append(fields[0].decode("ascii", "replace"))
+    return states
 
 
 def read_tail(f: IO[bytes], max_bytes: int) -> str:

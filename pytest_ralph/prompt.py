@@ -21,6 +21,13 @@ from .results import CheckResults, CriterionResult
 #: Characters of failure text kept per failing criterion.
 EXCERPT_CHARS = 1500
 
+#: Characters of failure text in one prompt, all failing criteria together. When they are
+#: spent, the remaining failing criteria of the story are listed without their output.
+FAILING_CHARS = 8000
+
+#: An excerpt shorter than this is not worth showing; the criterion is listed instead.
+MIN_EXCERPT_CHARS = 200
+
 #: Characters of ``progress.txt`` kept in the prompt.
 PROGRESS_CHARS = 3000
 
@@ -91,10 +98,13 @@ def _check_line(c: Criterion | None, r: CriterionResult) -> str:
     return f"check: {r.kind}"
 
 
-def _failing_entry(prd: PRD, r: CriterionResult) -> str:
+def _failing_entry(prd: PRD, r: CriterionResult, limit: int = EXCERPT_CHARS) -> str:
     story = prd.story(r.story)
     crit = next((c for c in story.criteria if c.id == r.criterion), None) if story else None
-    body = "\n".join("      " + line for line in excerpt(r.message).splitlines())
+    if limit < MIN_EXCERPT_CHARS:
+        return (f"- [{r.key}] {r.text}\n  {_check_line(crit, r)}\n  failure: not shown (the "
+                "prompt's space for failure output is used up; fix the ones above first)")
+    body = "\n".join("      " + line for line in excerpt(r.message, limit).splitlines())
     return (f"- [{r.key}] {r.text}\n  {_check_line(crit, r)}\n  failure (excerpt):\n"
             f"{body or '      (no output)'}")
 
@@ -104,7 +114,13 @@ def render_failing(prd: PRD, results: CheckResults, story: Story | None) -> str:
     as one line each; then check-phase errors."""
     first = [r for r in results.failing if story is not None and r.story == story.id]
     rest = [r for r in results.failing if story is None or r.story != story.id]
-    parts = [_failing_entry(prd, r) for r in first]
+    parts = []
+    budget = FAILING_CHARS
+    for r in first:
+        limit = min(EXCERPT_CHARS, budget)
+        parts.append(_failing_entry(prd, r, limit))
+        if limit >= MIN_EXCERPT_CHARS:
+            budget -= min(limit, len(r.message.strip()))
     if rest:
         parts.append("Also failing, in later stories (work on them after this one):\n"
                      + "\n".join(f"- [{r.key}] {r.text}" for r in rest))

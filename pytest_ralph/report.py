@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from .checks import CLAIMED_NOTE
 from .fingerprint import fingerprint
 from .prompt import excerpt
-from .results import atomic_write_text
+from .results import CheckResults, atomic_write_text
 
 if TYPE_CHECKING:
     from .loop import RunRecord
@@ -30,8 +30,9 @@ def _cell(text: str) -> str:
 def render_report(run: RunRecord) -> str:
     """The report as Markdown."""
     s = run.settings
-    last = run.last.results
-    n_iter = len(run.iterations) - 1
+    # No iteration at all when the run was interrupted during the baseline check.
+    last = run.last.results if run.iterations else CheckResults(())
+    n_iter = max(len(run.iterations) - 1, 0)
     total = len(last.criteria)
     claimed = [c for c in last.criteria if c.claimed and c.passed]
     out: list[str] = []
@@ -39,7 +40,7 @@ def render_report(run: RunRecord) -> str:
     out += [f"# Ralph report: {title}", ""]
     out += [
         f"- Outcome: **{run.status}** (exit {run.exit_code}: "
-        f"{_EXIT_MEANING.get(run.exit_code or 0, '')})",
+        f"{_EXIT_MEANING.get(run.exit_code, '') if run.exit_code is not None else ''})",
         f"- Stop reason: {run.reason}",
         f"- PRD: `{run.prd.path}` ({run.prd.format})",
         f"- Agent: `{' '.join(run.argv)}`",
@@ -100,7 +101,7 @@ def render_report(run: RunRecord) -> str:
                 "check verified them (map them to commands, or use --ralph-strict).", ""]
         out += [f"- {c.key}: {c.text}" for c in claimed]
         out.append("")
-    if run.status == "breaker":
+    if run.status == "breaker" and run.iterations:
         out += _escalation(run)
     return "\n".join(out)
 

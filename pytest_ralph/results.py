@@ -137,16 +137,20 @@ def read_results(path: Path) -> CheckResults:
     """
     try:
         data = json.loads(path.read_text("utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
         raise ValueError(f"cannot read check results {path}: {exc}") from None
     if not isinstance(data, dict) or data.get("version") != RESULTS_VERSION:
         raise ValueError(f"check results {path}: unknown format")
     fields = CriterionResult.__dataclass_fields__
-    criteria = tuple(
-        CriterionResult(**{k: v for k, v in c.items() if k in fields}) for c in data["criteria"]
-    )
-    return CheckResults(criteria, tuple(data.get("errors", [])), int(data.get("exitstatus", -1)),
-                        float(data.get("duration", 0.0)))
+    try:
+        criteria = tuple(
+            CriterionResult(**{k: v for k, v in c.items() if k in fields})
+            for c in data["criteria"]
+        )
+        return CheckResults(criteria, tuple(data.get("errors", [])),
+                            int(data.get("exitstatus", -1)), float(data.get("duration", 0.0)))
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise ValueError(f"check results {path}: unknown format ({exc!r})") from None
 
 
 def atomic_write_text(path: Path, text: str) -> None:

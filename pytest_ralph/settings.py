@@ -142,7 +142,7 @@ def resolve(
         raw: Any = None
         source = "default"
         base = rootdir
-        if spec.cli and cli.get(spec.name) not in (None, [], False):
+        if spec.cli and _given(cli.get(spec.name)):
             raw, source, base = cli[spec.name], spec.cli, invocation_dir
         elif env.get(spec.env, "").strip():
             raw, source, base = env[spec.env], f"environment variable {spec.env}", invocation_dir
@@ -159,6 +159,14 @@ def resolve(
     values["dir"] = (rootdir / values["dir"]) if not Path(values["dir"]).is_absolute() else (
         Path(values["dir"]))
     return Settings(**values, sources=sources)
+
+
+def _given(value: Any) -> bool:
+    """Whether a command-line value was given: not ``None``, an unset ``store_true`` flag
+    (``False``) or an empty ``append`` list. ``0`` is a value (and refused where out of range)."""
+    if value is None or value is False:
+        return False
+    return not (isinstance(value, (list, tuple)) and not value)
 
 
 def _convert(spec: Spec, raw: Any, source: str, base: Path) -> Any:

@@ -59,8 +59,13 @@ def write_back(prd_path: Path, verdicts: Mapping[str, bool], sidecar: Path) -> l
     return changed
 
 
-def _indent(text: str) -> int | str:
-    for line in text.splitlines()[1:]:
+def _indent(text: str) -> int | str | None:
+    """The indentation of ``text`` for :func:`json.dumps`: a tab, a number of spaces, or
+    ``None`` for a file written on one line (kept on one line)."""
+    lines = text.strip().splitlines()
+    if len(lines) <= 1:
+        return None
+    for line in lines[1:]:
         stripped = line.lstrip(" \t")
         if stripped and len(stripped) != len(line):
             lead = line[: len(line) - len(stripped)]

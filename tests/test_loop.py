@@ -301,7 +301,7 @@ def test_prompt_on_stdin_and_in_prompt_file(pytester: pytest.Pytester,
     assert "# Ralph loop: iteration 1 of 1" in prompt
     assert "US-001: Make the file" in prompt
     assert "- [US-001::AC1] never.txt exists" in prompt
-    assert "command `test -f never.txt` failed: exit status 1" in prompt
+    assert "exit status 1, expected exit status 0: `test -f never.txt`" in prompt
     assert "- [US-002::AC1] Docs are written" in prompt  # listed among the later failures
 
 
@@ -392,7 +392,7 @@ def test_state_folder_progress_and_iteration_folders(
     assert "agent: created a.txt" in (run / "iteration-002" / "agent.log").read_text()
     progress = (state / "progress.txt").read_text()
     assert progress.count("## ") == 3
-    assert "why US-001::AC1: command `test -f a.txt` failed: exit status 1" in progress
+    assert "why US-001::AC1: exit status 1, expected exit status 0: `test -f a.txt`" in progress
     assert (state / ".gitignore").read_text().strip().endswith("*")
     assert list((state / "reports").glob("ralph-demo-*.md"))
 
