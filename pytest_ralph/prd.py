@@ -146,11 +146,9 @@ def load_prd(path: Path | str, *, max_bytes: int = MAX_PRD_BYTES) -> PRD:
             problems += [Problem("$", f"duplicate key {key!r} in an object",
                                  hint="keep only one of them") for key in duplicates]
     problems += _schema_problems(data, positions)
+    problems += _duplicate_id_problems(data, positions)
     if not problems:
-        prd = _build(path, fmt, data, positions)
-        problems = _semantic_problems(prd, positions)
-        if not problems:
-            return prd
+        return _build(path, fmt, data, positions)
     problems.sort(key=lambda p: (p.line is None, p.line or 0, p.column or 0))
     raise PRDError(path, problems)
 
@@ -450,26 +448,38 @@ def _criterion_problems(err: jsonschema.ValidationError, positions: _Positions) 
     return [Problem(jp, msg, line, col, hint)]
 
 
-def _semantic_problems(prd: PRD, positions: _Positions) -> list[Problem]:
+def _duplicate_id_problems(data: Any, positions: _Positions) -> list[Problem]:
+    """Duplicate story ids, and duplicate criterion ids within a story, from the raw data
+    (so that they are reported together with schema problems)."""
     problems: list[Problem] = []
-    first_story: dict[str, Story] = {}
-    for story in prd.stories:
-        if story.id in first_story:
+    stories = data.get("userStories") if isinstance(data, dict) else None
+    if not isinstance(stories, list):
+        return problems
+    first_story: dict[str, str] = {}
+    for pos, story in enumerate(stories):
+        if not isinstance(story, dict) or not isinstance(story.get("id"), str):
+            continue
+        sid: str = story["id"]
+        sp = f"$.userStories[{pos}]"
+        if sid in first_story:
             problems.append(Problem(
-                story.json_path + ".id",
-                f"duplicate story id {story.id!r} "
-                f"(first used at {first_story[story.id].json_path})",
-                *positions.at(story.json_path + ".id"), hint="give every story its own id"))
+                sp + ".id", f"duplicate story id {sid!r} (first used at {first_story[sid]})",
+                *positions.at(sp + ".id"), hint="give every story its own id"))
         else:
-            first_story[story.id] = story
-        seen: dict[str, Criterion] = {}
-        for c in story.criteria:
-            if c.id in seen:
+            first_story[sid] = sp
+        criteria = story.get("acceptanceCriteria")
+        if not isinstance(criteria, list):
+            continue
+        seen: dict[str, str] = {}
+        for i, c in enumerate(criteria):
+            explicit = c.get("id") if isinstance(c, dict) else None
+            cid = explicit if isinstance(explicit, str) and explicit else f"AC{i + 1}"
+            cp = f"{sp}.acceptanceCriteria[{i}]"
+            if cid in seen:
                 problems.append(Problem(
-                    c.json_path, f"duplicate criterion id {c.id!r} in story {story.id!r} "
-                    f"(also {seen[c.id].json_path})", *positions.at(c.json_path),
-                    hint="give the criterion its own 'id'"))
-            seen.setdefault(c.id, c)
+                    cp, f"duplicate criterion id {cid!r} in story {sid!r} (also {seen[cid]})",
+                    *positions.at(cp), hint="give the criterion its own 'id'"))
+            seen.setdefault(cid, cp)
     return problems
 
 

@@ -98,11 +98,14 @@ def run_in_group(
     return Finished(None if timed_out else proc.returncode, timed_out, duration)
 
 
-def kill_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_SECONDS) -> None:
-    """Stop every process in ``proc``'s group: SIGTERM, then SIGKILL after ``grace`` seconds.
+def kill_group(proc: subprocess.Popen[bytes], grace: float | None = None) -> None:
+    """Stop every process in ``proc``'s group: SIGTERM, then SIGKILL after ``grace`` seconds
+    (default :data:`KILL_GRACE_SECONDS`).
 
     Safe to call when the group is already gone. Waits for ``proc`` itself to exit.
     """
+    if grace is None:
+        grace = KILL_GRACE_SECONDS
     if os.name != "posix":  # pragma: no cover - exercised on Windows only
         subprocess.run(["taskkill", "/T", "/F", "/PID", str(proc.pid)],
                        capture_output=True, check=False)
