@@ -383,12 +383,17 @@ class Loop:
         r = rec.results
         prev = run.iterations[-2].passing if len(run.iterations) > 1 else 0
         total = len(r.criteria) or len(run.prd.criteria())
-        goal = (f"{total} criteria of {len(r.by_story()) or len(run.prd.stories)} stories pass "
-                f"({run.prd.path.name})")
+        n_stories = len(r.by_story()) or len(run.prd.stories)
+        goal = (f"{total} criteri{'a' if total != 1 else 'on'} of {n_stories} "
+                f"stor{'ies' if n_stories != 1 else 'y'} pass ({run.prd.path.name})")
         tried = rec.agent.describe() if rec.agent else "baseline check"
-        nfail = len(r.failing) + len(r.errors)
-        result = ("success: every criterion passes" if r.complete else
-                  f"failure: {nfail} criteri{'a' if nfail != 1 else 'on'} failing ({_keys(r)})")
+        nfail = len(r.failing)
+        if r.complete:
+            result = "success: every criterion passes"
+        elif r.errors and not r.failing:
+            result = f"failure: the checks could not run ({why(r.errors[0], 120)})"
+        else:
+            result = f"failure: {nfail} criteri{'a' if nfail != 1 else 'on'} failing ({_keys(r)})"
         delta = rec.passing - prev
         streak = f"identical-failure streak {rec.streak}/{s.breaker}"
         if rec.agent is not None and not rec.agent.ran:
@@ -443,10 +448,10 @@ def _keys(r: CheckResults, most: int = 8) -> str:
 
 def why(message: str, limit: int = 200) -> str:
     """The most telling line of a failure message: pytest's first ``E`` line, else the first
-    non-empty line; at most ``limit`` characters."""
+    line that is not a heading (ending in ``:``); at most ``limit`` characters."""
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
-    pick = next((ln for ln in lines if ln.startswith("E ")), None) or (
-        lines[0] if lines else "")
+    pick = next((ln for ln in lines if ln.startswith("E ")), None) or next(
+        (ln for ln in lines if not ln.endswith(":")), lines[0] if lines else "")
     return pick[:limit]
 
 

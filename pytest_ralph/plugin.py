@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fnmatch
 import os
 import sys
@@ -111,7 +112,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     if config.getoption("usepdb", False):
         raise pytest.UsageError("pytest-ralph: --pdb cannot be used with --ralph (the loop runs "
                                 "the checks in child processes)")
-    settings = get_settings(config)
+    settings = _positional_prd(config, get_settings(config))
     from .loop import EXIT_INTERNAL, Loop, run_loop
 
     loop = Loop(settings, rootdir=config.rootpath, inifile=config.inipath)
@@ -124,6 +125,20 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
         _err(f"pytest-ralph: internal error: {sys.exc_info()[1]!r}; the traceback is in "
              f"{name}; please report it")
         return EXIT_INTERNAL
+
+
+def _positional_prd(config: pytest.Config, settings: Settings) -> Settings:
+    """``pytest --ralph path/to/prd.json``: a single PRD file given as a path names the PRD."""
+    if getattr(config, "args_source", None) != pytest.Config.ArgsSource.ARGS:
+        return settings
+    args = [a for a in config.args if a]
+    paths = [config.invocation_params.dir / a for a in args]
+    if len(paths) == 1 and paths[0].suffix.lower() in PRD_FORMATS and settings.prd is None:
+        sources = {**settings.sources, "prd": "command-line argument"}
+        return dataclasses.replace(settings, prd=paths[0], sources=sources)
+    raise pytest.UsageError(
+        f"pytest-ralph: --ralph takes one PRD file as its only path argument, or none "
+        f"(then --ralph-prd, ini ralph_prd or discovery decide); got {' '.join(args)}")
 
 
 def _err(message: str) -> None:

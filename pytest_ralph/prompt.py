@@ -98,13 +98,26 @@ def _check_line(c: Criterion | None, r: CriterionResult) -> str:
     return f"check: {r.kind}"
 
 
-def _failing_entry(prd: PRD, r: CriterionResult, limit: int = EXCERPT_CHARS) -> str:
+def _indented_excerpt(text: str, limit: int) -> str:
+    """An excerpt of ``text`` with each line indented, at most about ``limit`` characters
+    with the indentation counted (output of many short lines would otherwise grow by half)."""
+    cut = limit
+    for _ in range(8):
+        body = "\n".join("      " + line for line in excerpt(text, cut).splitlines())
+        if len(body) <= limit + len("      [... cut ...]") or cut <= 50:
+            return body
+        cut = max(50, cut * limit // len(body))
+    return body
+
+
+def _failing_entry(prd: PRD, r: CriterionResult, body: str | None) -> str:
+    """One failing criterion with ``body`` (its indented excerpt), or without output when
+    ``body`` is ``None``."""
     story = prd.story(r.story)
     crit = next((c for c in story.criteria if c.id == r.criterion), None) if story else None
-    if limit < MIN_EXCERPT_CHARS:
-        return (f"- [{r.key}] {r.text}\n  {_check_line(crit, r)}\n  failure: not shown (the "
-                "prompt's space for failure output is used up; fix the ones above first)")
-    body = "\n".join("      " + line for line in excerpt(r.message, limit).splitlines())
+    if body is None:
+        return (f"- [{r.key}] {r.text}\n  {_check_line(crit, r)}\n  failure: not shown (no "
+                "room left in this prompt)")
     return (f"- [{r.key}] {r.text}\n  {_check_line(crit, r)}\n  failure (excerpt):\n"
             f"{body or '      (no output)'}")
 
@@ -118,15 +131,15 @@ def render_failing(prd: PRD, results: CheckResults, story: Story | None) -> str:
     budget = FAILING_CHARS
     for r in first:
         limit = min(EXCERPT_CHARS, budget)
-        parts.append(_failing_entry(prd, r, limit))
-        if limit >= MIN_EXCERPT_CHARS:
-            budget -= min(limit, len(r.message.strip()))
+        body = _indented_excerpt(r.message, limit) if limit >= MIN_EXCERPT_CHARS else None
+        parts.append(_failing_entry(prd, r, body))
+        budget -= len(body or "")
     if rest:
         parts.append("Also failing, in later stories (work on them after this one):\n"
                      + "\n".join(f"- [{r.key}] {r.text}" for r in rest))
     for err in results.errors:
         parts.append("- [check phase] the checks could not run:\n"
-                     + "\n".join("      " + line for line in excerpt(err).splitlines()))
+                     + _indented_excerpt(err, EXCERPT_CHARS))
     return "\n".join(parts) if parts else "(none)"
 
 

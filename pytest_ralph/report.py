@@ -39,8 +39,9 @@ def render_report(run: RunRecord) -> str:
     title = run.prd.project or run.prd.branch_name or run.prd.path.stem
     out += [f"# Ralph report: {title}", ""]
     out += [
-        f"- Outcome: **{run.status}** (exit {run.exit_code}: "
-        f"{_EXIT_MEANING.get(run.exit_code, '') if run.exit_code is not None else ''})",
+        f"- Outcome: **{run.status}**" + (
+            f" (exit {run.exit_code}: {_EXIT_MEANING.get(run.exit_code, '')})"
+            if run.exit_code is not None else ""),
         f"- Stop reason: {run.reason}",
         f"- PRD: `{run.prd.path}` ({run.prd.format})",
         f"- Agent: `{' '.join(run.argv)}`",

@@ -97,8 +97,10 @@ def test_converges_one_fix_per_iteration(pytester: pytest.Pytester, three_files_
 
 def test_breaker_trips_after_exactly_three_agent_runs(
         pytester: pytest.Pytester, write_prd: Callable[..., Path]) -> None:
-    write_prd(story("US-001", *files_criteria("never.txt")))
-    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass")
+    """The issue's own example: `pytest --ralph --ralph-prd X --ralph-agent "python -c pass"`."""
+    write_prd(story("US-001", *files_criteria("never.txt")), name="plans/X.json")
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-prd", "plans/X.json",
+                                           "--ralph-agent", f"{PY} -c pass")
     assert result.ret == 6, result.stdout.str()
     result.stdout.fnmatch_lines([
         "*identical-failure streak 1/3", "*identical-failure streak 2/3",
@@ -210,7 +212,7 @@ def test_story_filter_limits_the_loop(pytester: pytest.Pytester, three_files_prd
     assert result.ret == 0, result.stdout.str()
     assert not (pytester.path / "c.txt").exists()
     assert (pytester.path / "a.txt").exists() and (pytester.path / "b.txt").exists()
-    result.stdout.fnmatch_lines(["*Goal: 2 criteria of 1 stories pass*"])
+    result.stdout.fnmatch_lines(["*Goal: 2 criteria of 1 story pass*"])
 
 
 def test_bad_prd_is_exit_4_with_file_and_line(pytester: pytest.Pytester) -> None:
@@ -434,3 +436,50 @@ def test_ctrl_c_is_exit_2_and_writes_the_report(pytester: pytest.Pytester,
     assert proc.returncode == 2, out.decode()
     assert b"pytest-ralph: interrupted (exit 2)" in out
     assert "- Outcome: **interrupted**" in report_text(pytester)
+
+
+def test_prd_given_as_the_only_path_argument(pytester: pytest.Pytester,
+                                             write_prd: Callable[..., Path],
+                                             agent: Callable[[str, str], str]) -> None:
+    write_prd(story("US-001", *files_criteria("a.txt")), name="plans/sprint.yaml.json")
+    result = pytester.runpytest_subprocess("--ralph", "plans/sprint.yaml.json", "--ralph-agent",
+                                           agent("agent.py", FIRST_FAILURE_AGENT))
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["pytest-ralph: loop on */plans/sprint.yaml.json*"])
+
+
+def test_other_path_arguments_are_a_usage_error(pytester: pytest.Pytester,
+                                                three_files_prd: Path) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "tests/", "--ralph-agent", f"{PY} -c pass")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*--ralph takes one PRD file as its only path argument*tests/*"])
+
+
+BREAK_THEN_FIX_AGENT = r"""
+import pathlib
+prd = pathlib.Path("prd.json")
+marker = pathlib.Path("broke-it")
+if not marker.exists():
+    marker.write_text(prd.read_text())
+    prd.write_text(prd.read_text().replace('"userStories"', '"userStories",', 1))
+else:
+    prd.write_text(marker.read_text())
+    pathlib.Path("a.txt").write_text("x")
+"""
+
+
+def test_agent_that_breaks_the_prd_gets_the_error_and_can_recover(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path],
+        agent: Callable[[str, str], str]) -> None:
+    write_prd(story("US-001", *files_criteria("a.txt")))
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
+                                           agent("agent.py", BREAK_THEN_FIX_AGENT))
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "[[]ralph iteration 1/5[]]", "*", "*",
+        "  Result: failure: the checks could not run (invalid PRD */prd.json: 1 problem)",
+        "[[]ralph iteration 2/5[]]", "*", "*", "  Result: success: every criterion passes"])
+    prompt = next((pytester.path / ".pytest_ralph" / "runs").glob("*/iteration-002/prompt.md"))
+    text = prompt.read_text()
+    assert "- [check phase] the checks could not run:" in text
+    assert "invalid JSON" in text
