@@ -391,7 +391,7 @@ class Loop:
         if r.complete:
             result = "success: every criterion passes"
         elif r.errors and not r.failing:
-            result = f"failure: the checks could not run ({why(r.errors[0], 120)})"
+            result = f"failure: the checks could not run ({why(r.errors[0], 300)})"
         else:
             result = f"failure: {nfail} criteri{'a' if nfail != 1 else 'on'} failing ({_keys(r)})"
         delta = rec.passing - prev
