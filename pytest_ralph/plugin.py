@@ -53,7 +53,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for spec in SPECS:
         if not spec.cli:
             continue
-        default = f"; default {spec.default}" if spec.default not in (None, (), False) else ""
+        shown = f"{spec.default:g}" if isinstance(spec.default, float) else spec.default
+        default = f"; default {shown}" if spec.default not in (None, (), False) else ""
         help_text = f"{spec.help} [ini {spec.ini}, env {spec.env}{default}]"
         if spec.kind == "bool":
             group.addoption(spec.cli, action="store_true", dest=spec.dest, default=None,
@@ -63,7 +64,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                             metavar="ID", help=help_text)
         else:
             group.addoption(spec.cli, action="store", dest=spec.dest, default=None,
-                            metavar=spec.name.upper(), help=help_text)
+                            metavar=_METAVARS.get(spec.kind, "VALUE"), help=help_text)
     group.addoption("--ralph-dry-run", action="store_true", default=False,
                     help="Print the first prompt and the agent's argv; run nothing.")
     group.addoption("--ralph-results", action="store", default=None, metavar="PATH",
@@ -76,6 +77,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             parser.addini(spec.ini, ini_help, type="string")
     parser.addini("ralph_prd_files", "pytest-ralph: file name patterns collected as PRDs.",
                   type="args", default=list(PRD_FILE_NAMES))
+
+
+_METAVARS = {"path": "PATH", "str": "CMD", "int": "N", "float": "SECONDS"}
 
 
 def _resolve_settings(config: pytest.Config) -> Settings:

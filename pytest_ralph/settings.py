@@ -62,7 +62,8 @@ class Spec:
 
 
 SPECS: tuple[Spec, ...] = (
-    Spec("prd", "PRD file to work on (default: discovered, see docs).", "path", None,
+    Spec("prd", "PRD file to work on (default: the first prd.json, prd.jsonc, prd.yaml or "
+         "prd.yml in the rootdir, then .ralph/, then scripts/ralph/).", "path", None,
          "--ralph-prd"),
     Spec("agent", "Agent command line; {prompt_file} is replaced by the prompt file.", "str",
          None, "--ralph-agent"),
