@@ -14,7 +14,8 @@ Writer = Callable[..., Path]
 
 
 def test_node_ids_and_explicit_criterion_ids(pytester: pytest.Pytester, write_prd: Writer) -> None:
-    write_prd(story("US-001", "Typecheck passes", {"id": "login-ok", "text": "login", "run": "true"},
+    write_prd(story("US-001", "Typecheck passes",
+                    {"id": "login-ok", "text": "login", "run": "true"},
                     {"text": "logout", "run": "true"}),
               story("US-002", "Docs"))
     result = pytester.runpytest("--collect-only", "-q")
@@ -62,7 +63,8 @@ def test_failing_run_shows_command_exit_code_and_output_tail(pytester: pytest.Py
 
 
 @pytest.mark.parametrize(("criterion", "expected"), [
-    ({"text": "tool", "run": "definitely-not-a-command-xyz"}, "exit status 127 (command not found)"),
+    ({"text": "tool", "run": "definitely-not-a-command-xyz"},
+     "exit status 127 (command not found)"),
     ({"text": "file", "run": "test -f deleted.txt"}, "exit status 1"),
     ({"text": "cwd", "run": "true", "cwd": "no/such/dir"}, "working directory * does not exist"),
     ({"text": "slow", "run": "sleep 30", "timeout": 0.5}, "no exit within the timeout of 0.5 s"),
