@@ -82,8 +82,8 @@ def render_report(run: RunRecord) -> str:
         if it.agent is None:
             agent_cells = "baseline check | - | -"
         else:
-            agent_cells = (f"exit {it.agent.exit_code} | {it.agent.outcome} | "
-                           f"{it.agent.duration:.1f}")
+            code = "-" if it.agent.exit_code is None else f"exit {it.agent.exit_code}"
+            agent_cells = f"{code} | {it.agent.outcome} | {it.agent.duration:.1f}"
         out.append(f"| {it.n} | {it.story or '-'} | {agent_cells} | "
                    f"{len(r.passing)}/{len(r.criteria)} | `{r.fingerprint}` | {it.streak} |")
     out.append("")

@@ -117,8 +117,8 @@ class CheckResults:
 
     def to_json(self) -> dict[str, Any]:
         """The results as a JSON-ready dict (format in the module docstring)."""
-        return {"version": RESULTS_VERSION, "exitstatus": self.exitstatus,
-                "duration": self.duration, **self.extra,
+        return {**self.extra, "version": RESULTS_VERSION, "exitstatus": self.exitstatus,
+                "duration": self.duration,
                 "criteria": [asdict(c) for c in self.criteria], "errors": list(self.errors)}
 
 

@@ -18,7 +18,9 @@ from pytest_ralph.process import Finished, kill_group, read_tail, run_in_group
 
 PY = sys.executable
 
-posix_only = pytest.mark.skipif(os.name != "posix", reason="process groups via /proc (POSIX)")
+posix_only = pytest.mark.skipif(os.name != "posix", reason="POSIX process groups and signals")
+linux_only = pytest.mark.skipif(not Path("/proc/self/status").is_file(),
+                                reason="checks process states in /proc (Linux)")
 
 
 def _state(pid: int) -> str | None:
@@ -132,7 +134,7 @@ def test_large_input_is_delivered_in_full(tmp_path: Path) -> None:
     assert text.strip() == "2000000"
 
 
-@posix_only
+@linux_only
 def test_timeout_kills_the_command_and_its_grandchild(tmp_path: Path) -> None:
     # sh starts a background grandchild, reports its pid, then waits forever.
     script = "sleep 30 & echo $! > grandchild.pid; echo $$ > child.pid; sleep 30"
@@ -147,7 +149,7 @@ def test_timeout_kills_the_command_and_its_grandchild(tmp_path: Path) -> None:
     assert _dead(int((tmp_path / "grandchild.pid").read_text()))
 
 
-@posix_only
+@linux_only
 def test_timeout_kills_a_grandchild_that_ignores_sigterm(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -161,7 +163,7 @@ def test_timeout_kills_a_grandchild_that_ignores_sigterm(
     assert _dead(int((tmp_path / "grandchild.pid").read_text()))
 
 
-@posix_only
+@linux_only
 def test_leftover_background_process_of_a_successful_command_is_killed(tmp_path: Path) -> None:
     script = "sleep 30 >/dev/null 2>&1 & echo $! > bg.pid; exit 0"
     start = time.monotonic()
@@ -173,7 +175,7 @@ def test_leftover_background_process_of_a_successful_command_is_killed(tmp_path:
     assert time.monotonic() - start < 1.5
 
 
-@posix_only
+@linux_only
 def test_leftover_python_grandchild_is_killed(tmp_path: Path) -> None:
     code = ("import subprocess, sys, pathlib; "
             "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
