@@ -483,3 +483,22 @@ def test_agent_that_breaks_the_prd_gets_the_error_and_can_recover(
     text = prompt.read_text()
     assert "- [check phase] the checks could not run:" in text
     assert "invalid JSON" in text
+
+
+@pytest.mark.parametrize(("body", "args", "code", "status"), [
+    # The agent exits non-zero on every run but fixes everything: complete wins (0).
+    ("open('a.txt', 'w').close(); raise SystemExit(1)", [], 0, "complete"),
+    # Agent-error streak and limit on the same iteration: 7 wins over 1.
+    ("raise SystemExit(1)", ["--ralph-max-iterations", "3"], 7, "agent-error"),
+    # Breaker and limit on the same iteration: 6 wins over 1.
+    ("pass", ["--ralph-max-iterations", "3"], 6, "breaker"),
+    # Neither streak reaches its limit: 1.
+    ("pass", ["--ralph-max-iterations", "2"], 1, "limit"),
+])
+def test_stop_condition_precedence(pytester: pytest.Pytester, write_prd: Callable[..., Path],
+                                   agent: Callable[[str, str], str], body: str,
+                                   args: list[str], code: int, status: str) -> None:
+    write_prd(story("US-001", *files_criteria("a.txt")))
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", agent("a.py", body), *args)
+    assert result.ret == code, result.stdout.str()
+    assert run_json(pytester)["status"] == status
