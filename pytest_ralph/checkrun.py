@@ -16,10 +16,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .process import read_tail, run_in_group
-from .results import CheckResults, read_results
+from .results import CheckResults, CriterionResult, read_results
 
 #: Set in the child's environment: the child checks, it never drives a loop.
 CHILD_ENV = "PYTEST_RALPH_CHILD"
+
+#: Seconds the child pytest gets, after SIGTERM, to stop the commands it runs.
+CHILD_GRACE_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,12 @@ class CheckPhaseConfig:
         strict: pass ``--ralph-strict`` (claimed criteria fail).
         timeout: seconds the whole phase may take before it is killed.
         python: the interpreter that runs the child pytest.
+        keyword: the ``-k`` expression to select criteria ("" selects all; it also
+            overrides a ``-k`` in the user's ``addopts``).
+        markexpr: the ``-m`` expression, likewise.
+        junitxml: where the child writes JUnit XML (each phase overwrites it), or ``None``.
+        expected: the criteria every phase must report, as (story id, criterion id, text);
+            one that is missing counts as failing (removed, renamed or deselected).
         extra_args: more arguments for the child pytest.
     """
 
@@ -44,12 +53,19 @@ class CheckPhaseConfig:
     strict: bool = False
     timeout: float = 3600.0
     python: str = sys.executable
+    keyword: str = ""
+    markexpr: str = ""
+    junitxml: Path | None = None
+    expected: tuple[tuple[str, str, str], ...] = ()
     extra_args: tuple[str, ...] = ()
 
     def argv(self, results_path: Path) -> list[str]:
         """The child pytest's argv."""
         argv = [self.python, "-m", "pytest", str(self.prd), "--ralph-results", str(results_path),
-                "--rootdir", str(self.rootdir), "-p", "no:cacheprovider", "-q", "--no-header"]
+                "--rootdir", str(self.rootdir), "-p", "no:cacheprovider", "-q", "--no-header",
+                # Whatever the user's addopts say: select by -k/-m only as asked, never stop
+                # early (-x), so that every criterion gets a verdict.
+                "-k", self.keyword, "-m", self.markexpr, "--maxfail=0"]
         if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
             argv += ["-p", "pytest_ralph.plugin"]
         if self.inifile is not None:
@@ -58,6 +74,8 @@ class CheckPhaseConfig:
             argv += ["--ralph-story", story]
         if self.strict:
             argv.append("--ralph-strict")
+        if self.junitxml is not None:
+            argv.append(f"--junitxml={self.junitxml}")
         return argv + list(self.extra_args)
 
 
@@ -81,18 +99,41 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path,
     argv = list(argv_override) if argv_override is not None else config.argv(results_path)
     start = time.monotonic()
     with log_path.open("w+b") as log:
+        # The child stops its own checks' process groups on SIGTERM: give it time to.
         finished = run_in_group(argv, cwd=config.rootdir, output=log, timeout=config.timeout,
-                                env=env)
+                                env=env, grace=CHILD_GRACE_SECONDS)
         tail = read_tail(log, 3000).rstrip()
     duration = time.monotonic() - start
     if finished.timed_out:
-        return CheckResults((), (f"the check phase took longer than {config.timeout:g} s and was "
-                                 f"killed; see {log_path}",), -1, duration)
-    try:
-        results = read_results(results_path)
-    except ValueError:
-        return CheckResults((), (f"the check phase (child pytest, exit {finished.returncode}) "
-                                 f"wrote no results; its output ends:\n{tail}",),
-                            finished.returncode if finished.returncode is not None else -1,
-                            duration)
-    return replace(results, duration=duration)
+        results = CheckResults((), (f"the check phase took longer than {config.timeout:g} s and "
+                                    f"was killed; see {log_path}",), -1)
+    else:
+        try:
+            results = read_results(results_path)
+        except ValueError:
+            code = finished.returncode if finished.returncode is not None else -1
+            results = CheckResults((), (f"the check phase (child pytest, exit {code}) wrote no "
+                                        f"results; its output ends:\n{tail}",), code)
+    if not config.prd.is_file():
+        results = replace(results, errors=(*results.errors, f"the PRD {config.prd} does not exist "
+                                           "any more (deleted or moved); expected it in place"))
+    return replace(with_missing(results, config.expected), duration=duration)
+
+
+#: Failure text of an expected criterion that a check phase did not report.
+MISSING_MESSAGE = ("not checked: this criterion was in the PRD when the run started, but the "
+                   "check did not report it (story or criterion removed or renamed, the PRD "
+                   "deleted, or deselected by an option such as -k, -m or --deselect); expected "
+                   "every criterion to be checked")
+
+
+def with_missing(results: CheckResults,
+                 expected: Sequence[tuple[str, str, str]]) -> CheckResults:
+    """``results`` plus a failing result for each expected (story, criterion, text) it lacks."""
+    seen = {c.key for c in results.criteria}
+    missing = [CriterionResult(nodeid="", story=s, criterion=c, text=t, kind="missing",
+                               outcome="failed", message=MISSING_MESSAGE)
+               for s, c, t in expected if f"{s}::{c}" not in seen]
+    if not missing:
+        return results
+    return replace(results, criteria=(*results.criteria, *missing))

@@ -19,20 +19,20 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
 from .agent import AgentCommandError, AgentRun, resolve_executable, run_agent, split_command
 from .checkrun import CheckPhaseConfig, run_check_phase
-from .model import PRD
+from .model import PRD, Story
 from .prd import PRDError, load_prd
 from .prompt import PROGRESS_CHARS, PromptContext, build_prompt, pick_story, template_path
 from .report import write_report
 from .results import CheckResults, CriterionResult
 from .settings import Settings
-from .state import RunDir, StateDir
+from .state import LockedError, RunDir, StateDir
 from .writeback import story_verdicts, write_back
 
 # Exit codes of ``pytest --ralph`` (PRODUCT.md section 3).
@@ -99,7 +99,7 @@ class RunRecord:
         run_dir: the run's folder.
         iterations: baseline first, then one record per iteration.
         status: ``running``, ``complete``, ``limit``, ``breaker``, ``agent-error``,
-            ``interrupted`` or ``crashed``.
+            ``interrupted`` or ``no-criteria``.
         exit_code: the exit code, once stopped.
         reason: the stop reason, one sentence.
         started, finished: UTC times.
@@ -151,15 +151,23 @@ class Loop:
         inifile: the configuration file to pass to each child pytest, or ``None``.
         out: where the progress blocks are printed.
         python: the interpreter for the child pytest of each check phase.
+        keyword: a ``-k`` expression that selects criteria ("" for all).
+        markexpr: a ``-m`` expression that selects criteria ("" for all).
+        junitxml: where each check phase writes JUnit XML (the last one stays), or ``None``.
     """
 
     def __init__(self, settings: Settings, *, rootdir: Path, inifile: Path | None,
-                 out: TextIO = sys.stdout, python: str = sys.executable) -> None:
+                 out: TextIO = sys.stdout, python: str = sys.executable, keyword: str = "",
+                 markexpr: str = "", junitxml: Path | None = None) -> None:
         self.settings = settings
         self.rootdir = rootdir
         self.inifile = inifile
         self.out = out
         self.python = python
+        self.keyword = keyword
+        self.markexpr = markexpr
+        self.junitxml = junitxml
+        self._out_broken = False
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -218,18 +226,27 @@ class Loop:
             raise LoopUsageError(f"cannot read the prompt template {path} (from "
                                  f"{self.settings.sources.get('prompt')}): {exc}") from None
 
+    def _selected(self, prd: PRD) -> list[Story]:
+        return [st for st in prd.stories if not self.settings.story or st.id in
+                self.settings.story]
+
     def _phase_config(self, prd: PRD) -> CheckPhaseConfig:
+        """The check-phase settings; every selected criterion is expected in every check
+        (with ``-k``/``-m`` the baseline decides which are selected)."""
+        expected = () if self.keyword or self.markexpr else tuple(
+            (st.id, c.id, c.text) for st in self._selected(prd) for c in st.criteria)
         return CheckPhaseConfig(prd=prd.path, rootdir=self.rootdir, inifile=self.inifile,
                                 stories=self.settings.story, strict=self.settings.strict,
-                                python=self.python)
+                                python=self.python, keyword=self.keyword,
+                                markexpr=self.markexpr, junitxml=self.junitxml,
+                                expected=expected)
 
     # -- dry run -----------------------------------------------------------------------------
 
     def dry_run(self) -> int:
         """Print the first prompt and the agent's argv; run nothing, write nothing."""
         prd, argv = self.prepare()
-        selected = [st for st in prd.stories if not self.settings.story or st.id in
-                    self.settings.story]
+        selected = self._selected(prd)
         fake = CheckResults(tuple(
             CriterionResult(nodeid="", story=st.id, criterion=c.id, text=c.text, kind=c.kind,
                             outcome="passed" if st.passes else "failed",
@@ -257,20 +274,34 @@ class Loop:
         """
         prd, argv = self.prepare()
         state = StateDir(self.settings.dir)
-        state.ensure()
+        try:
+            state.ensure()
+            lock = state.lock()
+        except LockedError as exc:
+            raise LoopUsageError(str(exc)) from None
+        except OSError as exc:
+            raise LoopUsageError(f"cannot use the state folder {state.root}: {exc}") from None
+        with lock:
+            return self._run_locked(prd, argv, state)
+
+    def _run_locked(self, prd: PRD, argv: list[str], state: StateDir) -> int:
         run = RunRecord(prd=prd, settings=self.settings, argv=argv, run_dir=state.new_run())
         s = self.settings
-        self._print(f"pytest-ralph: loop on {prd.path} ({len(prd.criteria())} criteria, "
-                    f"{len(prd.stories)} stories); agent {json.dumps(argv)}; max iterations "
-                    f"{s.max_iterations}; breaker {s.breaker}; state {run.run_dir.path}")
+        selected = self._selected(prd)
+        n_crit = sum(len(st.criteria) for st in selected)
+        self._print(f"pytest-ralph: loop on {prd.path} ({plural(n_crit, 'criterion', 'criteria')}"
+                    f" of {plural(len(selected), 'story', 'stories')}); agent "
+                    f"{json.dumps(argv)}; max iterations {s.max_iterations}; breaker "
+                    f"{s.breaker}; state {run.run_dir.path}")
         try:
             with _sigterm_as_interrupt():
                 code = self._iterate(run, state, argv)
         except (KeyboardInterrupt, Interrupted):
             n = len(run.iterations)
+            where = f"iteration {n}" if n else "the baseline check"
             code = self._stop(run, "interrupted", EXIT_INTERRUPTED,
-                              f"interrupted during iteration {n} (Ctrl-C or SIGTERM); the "
-                              "agent's process group was killed and the state kept")
+                              f"interrupted during {where} (Ctrl-C or SIGTERM); the processes "
+                              "it had started were stopped and the state kept")
         self._finish(run, state)
         return code
 
@@ -280,6 +311,13 @@ class Loop:
         folder = run.run_dir.iteration_dir(0)
         started = _now()
         base = run_check_phase(phase, folder)
+        if not phase.expected:  # selected by -k/-m: the baseline says which criteria
+            if not base.criteria and not base.errors:
+                return self._stop(run, "no-criteria", EXIT_NO_CRITERIA,
+                                  f"-k {self.keyword!r} -m {self.markexpr!r} deselect every "
+                                  f"criterion of {run.prd.path}")
+            phase = replace(phase, expected=tuple((c.story, c.criterion, c.text)
+                                                  for c in base.criteria))
         self._write_back(run.prd, base, state)
         run.iterations.append(IterationRecord(0, base, None, "", 0, 0, started, folder))
         self._save(run)
@@ -325,22 +363,23 @@ class Loop:
             if results.complete:
                 return self._stop(run, "complete", EXIT_COMPLETE,
                                   f"every criterion passes ({len(results.criteria)}/"
-                                  f"{len(results.criteria)}) after {n} iteration"
-                                  f"{'s' if n != 1 else ''}")
+                                  f"{len(results.criteria)})")
             if error_streak >= s.agent_errors:
                 return self._stop(run, "agent-error", EXIT_AGENT_ERROR,
                                   f"the agent did not run properly in {error_streak} iterations "
                                   f"in a row (last: {agent_run.describe()}); see "
                                   f"{agent_run.log_path}")
             if streak >= s.breaker:
+                span = f"iteration {n}" if streak == 1 else f"iterations {n - streak + 1}-{n}"
                 return self._stop(run, "breaker", EXIT_BREAKER,
                                   f"circuit breaker: the same failure (fingerprint {fp}) in "
-                                  f"{streak} iterations in a row (iterations {n - streak + 1}-{n})"
-                                  f"; the agent is not making progress")
-        failing = len(run.last.results.failing) + len(run.last.results.errors)
+                                  f"{plural(streak, 'iteration')} in a row ({span}); the agent "
+                                  "is not making progress")
+        last = run.last.results
+        failing = plural(len(last.failing), "criterion", "criteria")
         return self._stop(run, "limit", EXIT_LIMIT,
                           f"stopped at the iteration limit ({s.max_iterations}) with {failing} "
-                          f"criteri{'a' if failing != 1 else 'on'} still failing")
+                          "still failing" + (" and check-phase errors" if last.errors else ""))
 
     def _reload(self, run: RunRecord) -> PRD:
         """The PRD as it is now (the agent may edit it); the last good one if it is broken."""
@@ -369,14 +408,24 @@ class Loop:
     # -- output ------------------------------------------------------------------------------
 
     def _print(self, text: str) -> None:
-        self.out.write(text + "\n")
-        self.out.flush()
+        """Print to the terminal; a closed stdout (``| head``) stops the printing, not the loop."""
+        if self._out_broken:
+            return
+        try:
+            self.out.write(text + "\n")
+            self.out.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            self._out_broken = True
 
     def _print_baseline(self, run: RunRecord) -> None:
         r = run.last.results
         total = len(r.criteria)
+        selection = " ".join(f"{flag} {expr!r}" for flag, expr in
+                             (("-k", self.keyword), ("-m", self.markexpr)) if expr)
         self._print(f"[ralph baseline]\n  {len(r.passing)}/{total} criteria passing"
-                    + (f"; failing: {_keys(r)}" if r.failing or r.errors else ""))
+                    + (f"; failing: {_keys(r)}" if r.failing or r.errors else "")
+                    + (f"\n  selected by {selection}: {plural(total, 'criterion', 'criteria')}"
+                       if selection else ""))
 
     def _print_block(self, run: RunRecord, rec: IterationRecord) -> None:
         s = self.settings
@@ -390,7 +439,7 @@ class Loop:
         nfail = len(r.failing)
         if r.complete:
             result = "success: every criterion passes"
-        elif r.errors and not r.failing:
+        elif r.errors and all(c.kind == "missing" for c in r.failing):
             result = f"failure: the checks could not run ({why(r.errors[0], 300)})"
         else:
             result = f"failure: {nfail} criteri{'a' if nfail != 1 else 'on'} failing ({_keys(r)})"
@@ -438,6 +487,11 @@ class Loop:
                     "exit_code": it.agent.exit_code, "duration": round(it.agent.duration, 3)},
             } for it in run.iterations],
         })
+
+
+def plural(n: int, singular: str, many: str | None = None) -> str:
+    """``"1 story"``, ``"3 stories"``: ``n`` and the right form of the noun."""
+    return f"{n} {singular if n == 1 else (many or singular + 's')}"
 
 
 def _keys(r: CheckResults, most: int = 8) -> str:

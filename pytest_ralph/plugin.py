@@ -12,9 +12,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import fnmatch
 import os
+import signal
 import sys
 import tempfile
 import traceback
@@ -113,13 +115,19 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """Take over the session for ``--ralph`` / ``--ralph-dry-run``; return the loop's exit code."""
     if not (config.getoption("ralph") or config.getoption("ralph_dry_run")) or _is_child():
         return None
-    if config.getoption("usepdb", False):
-        raise pytest.UsageError("pytest-ralph: --pdb cannot be used with --ralph (the loop runs "
-                                "the checks in child processes)")
+    for flag, name, hint in (("usepdb", "--pdb", "the loop runs the checks in child processes"),
+                             ("collectonly", "--collect-only",
+                              "use --ralph-dry-run to see what the loop would do")):
+        if config.getoption(flag, False):
+            raise pytest.UsageError(f"pytest-ralph: {name} cannot be used with --ralph ({hint})")
     settings = _positional_prd(config, get_settings(config))
     from .loop import EXIT_INTERNAL, Loop, run_loop
 
-    loop = Loop(settings, rootdir=config.rootpath, inifile=config.inipath)
+    xml = config.getoption("xmlpath", None)
+    loop = Loop(settings, rootdir=config.rootpath, inifile=config.inipath,
+                keyword=config.getoption("keyword", "") or "",
+                markexpr=config.getoption("markexpr", "") or "",
+                junitxml=(config.invocation_params.dir / xml).resolve() if xml else None)
     try:
         return run_loop(loop, dry_run=bool(config.getoption("ralph_dry_run")), err=_err)
     except Exception:
@@ -145,6 +153,17 @@ def _positional_prd(config: pytest.Config, settings: Settings) -> Settings:
         f"(then --ralph-prd, ini ralph_prd or discovery decide); got {' '.join(args)}")
 
 
+def _sigterm_interrupts() -> None:
+    """In the loop's child: SIGTERM (the controller stopping the check phase) becomes a
+    KeyboardInterrupt, so that each running check kills its own process group on the way out."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    with contextlib.suppress(ValueError):  # not the main thread
+        signal.signal(signal.SIGTERM, handler)
+
+
 def _err(message: str) -> None:
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
@@ -156,6 +175,7 @@ def pytest_configure(config: pytest.Config) -> None:
     results = config.getoption("ralph_results", None)
     if results:
         config.pluginmanager.register(ResultsRecorder(Path(results)), "ralph-results")
+        _sigterm_interrupts()
     config.pluginmanager.register(GateSummary(config), "ralph-gate-summary")
     args_source = getattr(config, "args_source", None)
     if args_source is not None and args_source != pytest.Config.ArgsSource.ARGS:

@@ -48,6 +48,7 @@ def run_in_group(
     input: bytes | None = None,
     env: Mapping[str, str] | None = None,
     shell: bool = False,
+    grace: float | None = None,
 ) -> Finished:
     """Run ``args`` with stdout and stderr both written to ``output``.
 
@@ -59,6 +60,8 @@ def run_in_group(
         input: bytes written to stdin, which is then closed; ``None`` gives an empty stdin.
         env: the full environment, or ``None`` to inherit.
         shell: run ``args`` through the system shell.
+        grace: seconds between SIGTERM and SIGKILL when the group is stopped (default
+            :data:`KILL_GRACE_SECONDS`); give more to a command that cleans up after itself.
 
     Raises:
         FileNotFoundError, PermissionError: the executable cannot be started.
@@ -86,11 +89,11 @@ def run_in_group(
     except subprocess.TimeoutExpired:
         timed_out = True
     except BaseException:
-        kill_group(proc)
+        kill_group(proc, grace)
         raise
     finally:
         # Kill what is left of the group: the command on timeout, or helpers it left behind.
-        kill_group(proc)
+        kill_group(proc, grace)
         if proc.stdin is not None:  # left open by a timeout or an interrupt
             with contextlib.suppress(OSError):
                 proc.stdin.close()

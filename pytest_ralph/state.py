@@ -4,6 +4,7 @@ Layout::
 
     .pytest_ralph/
       .gitignore                  # "*": the folder never shows up in git status
+      lock                        # held by the running loop (pid and start time inside)
       progress.txt                # append-only log of every iteration, readable by agents
       runs/<run id>/
         run.json                  # the run so far, rewritten atomically after every iteration
@@ -23,7 +24,7 @@ import json
 import os
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from .results import atomic_write_text
 
@@ -82,6 +83,29 @@ class StateDir:
         cut = text[-max_chars:]
         return "...\n" + cut[cut.find("\n") + 1:]
 
+    def lock(self) -> IO[str]:
+        """Take the folder's loop lock (file ``lock``; an OS file lock, so it is released even
+        when the process dies). Close the returned file to release it.
+
+        Raises:
+            LockedError: another loop holds it; the message names its pid and start time.
+            OSError: the lock file cannot be opened.
+        """
+        f = (self.root / "lock").open("a+", encoding="utf-8")
+        if not _try_lock(f):
+            f.seek(0)
+            holder = f.read().strip() or "unknown process"
+            f.close()
+            raise LockedError(f"another `pytest --ralph` loop is running with the state folder "
+                              f"{self.root} ({holder}); wait for it to end or stop it, or set "
+                              "ralph_dir to another folder")
+        started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()}, started {started}\n")
+        f.flush()
+        return f
+
     def new_run(self) -> RunDir:
         """Create the folder of a new run, named by UTC time and a random suffix."""
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -99,6 +123,22 @@ class StateDir:
             path = self.reports_dir / f"{base}-{n}.md"
             n += 1
         return path
+
+
+class LockedError(Exception):
+    """Another loop is running with the same state folder."""
+
+
+def _try_lock(f: IO[str]) -> bool:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no lock
+        return True
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
 
 
 class RunDir:

@@ -502,3 +502,156 @@ def test_stop_condition_precedence(pytester: pytest.Pytester, write_prd: Callabl
     result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", agent("a.py", body), *args)
     assert result.ret == code, result.stdout.str()
     assert run_json(pytester)["status"] == status
+
+
+DELETE_STORY_AGENT = r"""
+import json, pathlib
+p = pathlib.Path("prd.json")
+d = json.loads(p.read_text())
+d["userStories"] = [s for s in d["userStories"] if s["id"] != "US-002"]
+p.write_text(json.dumps(d))
+"""
+
+
+def test_a_criterion_that_disappears_fails_instead_of_shrinking_the_goal(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path],
+        agent: Callable[[str, str], str]) -> None:
+    (pytester.path / "a.txt").write_text("x")
+    write_prd(story("US-001", *files_criteria("a.txt")),
+              story("US-002", *files_criteria("never.txt")))
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
+                                           agent("del.py", DELETE_STORY_AGENT),
+                                           "--ralph-max-iterations", "1")
+    assert result.ret == 1, result.stdout.str()
+    result.stdout.fnmatch_lines(["  Result: failure: 1 criterion failing (US-002::AC1)",
+                                 "  State: 1/2 passing (+0)*"])
+    assert "not checked: this criterion was in the PRD when the run started" in report_text(
+        pytester)
+
+
+def test_a_deleted_prd_is_a_failure(pytester: pytest.Pytester, write_prd: Callable[..., Path],
+                                    agent: Callable[[str, str], str]) -> None:
+    (pytester.path / "a.txt").write_text("x")
+    write_prd(story("US-001", *files_criteria("a.txt")),
+              story("US-002", *files_criteria("never.txt")))
+    result = pytester.runpytest_subprocess(
+        "--ralph", "--ralph-agent", agent("rm.py", "import os; os.remove('prd.json')"),
+        "--ralph-max-iterations", "1")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        "  Result: failure: the checks could not run (*)", "  State: 0/2 passing (-1)*",
+        "*with 2 criteria still failing and check-phase errors*"])
+    assert "does not exist any more (deleted or moved)" in report_text(pytester)
+
+
+def test_user_addopts_cannot_shrink_the_check(pytester: pytest.Pytester,
+                                              write_prd: Callable[..., Path],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """-x (stop at the first failure) in addopts must not hide the other criteria."""
+    (pytester.path / "b.txt").write_text("x")
+    write_prd(story("US-001", *files_criteria("never.txt", "b.txt")))
+    pytester.makeini("[pytest]\naddopts = -x\n")
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass",
+                                           "--ralph-max-iterations", "1")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["  1/2 criteria passing; failing: US-001::AC1"])
+
+
+def test_k_selects_criteria_for_the_loop(pytester: pytest.Pytester, three_files_prd: Path,
+                                         agent: Callable[[str, str], str]) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
+                                           agent("agent.py", FIRST_FAILURE_AGENT), "-k", "US-002")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["  selected by -k 'US-002': 1 criterion"])
+    assert (pytester.path / "c.txt").exists() and not (pytester.path / "a.txt").exists()
+
+
+def test_k_that_deselects_everything_is_exit_5(pytester: pytest.Pytester,
+                                               three_files_prd: Path,
+                                               agent: Callable[[str, str], str]) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
+                                           agent("noop.py", COUNTING_NOOP_AGENT), "-k", "NOTHING")
+    assert result.ret == 5
+    assert agent_runs(pytester) == 0
+    result.stdout.fnmatch_lines(["*-k 'NOTHING'*deselect every criterion*"])
+
+
+@pytest.mark.parametrize("flag", ["--collect-only", "--pdb"])
+def test_incompatible_options_are_usage_errors(pytester: pytest.Pytester,
+                                               three_files_prd: Path, flag: str) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass", flag)
+    assert result.ret == 4
+    result.stderr.fnmatch_lines([f"*{flag} cannot be used with --ralph*"])
+    assert not (pytester.path / ".pytest_ralph").exists()
+
+
+def test_junitxml_holds_the_last_check(pytester: pytest.Pytester, three_files_prd: Path,
+                                       agent: Callable[[str, str], str]) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
+                                           agent("agent.py", FIRST_FAILURE_AGENT),
+                                           "--junitxml", "out/junit.xml")
+    assert result.ret == 0
+    xml = (pytester.path / "out" / "junit.xml").read_text()
+    assert 'tests="3"' in xml and 'failures="0"' in xml
+
+
+def test_a_second_loop_in_the_same_folder_is_refused(pytester: pytest.Pytester,
+                                                     write_prd: Callable[..., Path],
+                                                     agent: Callable[[str, str], str]) -> None:
+    write_prd(story("US-001", *files_criteria("never.txt")))
+    first = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--ralph", "--ralph-agent", agent("slow.py", SLOW_AGENT)],
+        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pytester.path / "agent-started").exists():
+            assert time.monotonic() < deadline, "agent never started"
+            time.sleep(0.1)
+        second = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass")
+        assert second.ret == 4
+        second.stderr.fnmatch_lines([f"*another `pytest --ralph` loop is running*(pid {first.pid}"
+                                     ", started *"])
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
+    assert first.returncode == 2
+
+
+def test_a_closed_stdout_does_not_stop_the_loop(pytester: pytest.Pytester,
+                                                three_files_prd: Path,
+                                                agent: Callable[[str, str], str]) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--ralph", "--ralph-agent",
+         agent("agent.py", FIRST_FAILURE_AGENT)],
+        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # like `| head -1`
+    assert proc.wait(timeout=120) == 0
+    assert "- Outcome: **complete**" in report_text(pytester)
+
+
+SLOW_CHECK = {"text": "slow", "run": "echo $$ > check.pid; sleep 300"}
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_ctrl_c_during_a_check_leaves_no_process(pytester: pytest.Pytester,
+                                                 write_prd: Callable[..., Path]) -> None:
+    write_prd(story("US-001", SLOW_CHECK))
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "--ralph", "--ralph-agent",
+                             f"{PY} -c pass"], cwd=pytester.path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while not (pytester.path / "check.pid").exists():
+        assert time.monotonic() < deadline, "check never started"
+        time.sleep(0.1)
+    time.sleep(0.3)
+    pid = int((pytester.path / "check.pid").read_text())
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, out.decode()
+    assert b"interrupted during the baseline check" in out
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid), "the check's shell survived the interrupt"
