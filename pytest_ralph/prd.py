@@ -145,6 +145,11 @@ def load_prd(path: Path | str, *, max_bytes: int = MAX_PRD_BYTES) -> PRD:
         if not problems:  # positions unknown: still report what the JSON parser saw
             problems += [Problem("$", f"duplicate key {key!r} in an object",
                                  hint="keep only one of them") for key in duplicates]
+    text_problems = _unicode_problems(data, positions)
+    if text_problems:  # the schema's messages would have to print that text: stop here
+        problems += text_problems
+        problems.sort(key=lambda p: (p.line is None, p.line or 0, p.column or 0))
+        raise PRDError(path, problems)
     problems += _schema_problems(data, positions)
     problems += _duplicate_id_problems(data, positions)
     if not problems:
@@ -197,6 +202,10 @@ def _parse(path: Path, text: str, fmt: str) -> tuple[Any, list[str]]:
                 "$", f"invalid YAML: {exc.problem or exc.context}", line, column)]) from None
         except yaml.YAMLError as exc:
             raise PRDError(path, [Problem("$", f"invalid YAML: {exc}")]) from None
+        except ValueError as exc:  # e.g. an integer of 5000 digits
+            raise PRDError(path, [Problem("$", f"invalid YAML: {_value_error(exc)}")]) from None
+        except RecursionError:
+            raise PRDError(path, [Problem("$", "invalid YAML: nested too deeply")]) from None
     duplicates: list[str] = []
 
     def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -224,8 +233,49 @@ def _parse(path: Path, text: str, fmt: str) -> tuple[Any, list[str]]:
                     + (", or rename the file to .jsonc" if fmt == "json" else ""))
         raise PRDError(path, [Problem("$", f"invalid JSON: {exc.msg}", exc.lineno, exc.colno,
                                       hint)]) from None
+    except ValueError as exc:  # e.g. an integer of 5000 digits
+        raise PRDError(path, [Problem("$", f"invalid JSON: {_value_error(exc)}")]) from None
     except RecursionError:
         raise PRDError(path, [Problem("$", "invalid JSON: nested too deeply")]) from None
+
+
+def _value_error(exc: ValueError) -> str:
+    if "digits" in str(exc):
+        return "a number has thousands of digits; expected an ordinary number"
+    return str(exc)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _unicode_problems(data: Any, positions: _Positions) -> list[Problem]:
+    """Strings (keys included) holding unpaired UTF-16 surrogates (``"\\ud800"`` in JSON):
+    they are not text and cannot be printed or written back."""
+    problems: list[Problem] = []
+    stack: list[tuple[Any, list[str | int]]] = [(data, [])]
+    seen: set[int] = set()  # YAML aliases can share containers, or nest one in itself
+    while stack:
+        value, parts = stack.pop()
+        if isinstance(value, (dict, list)):
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                jp = json_path(parts)
+                problems.append(Problem(jp, "expected text; found a string with an unpaired "
+                                        "surrogate escape such as \\ud800", *positions.at(jp),
+                                        hint="remove the escape, or write the character itself"))
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if _SURROGATE.search(key):
+                    jp = json_path(parts)
+                    problems.append(Problem(jp, "expected text; found a key with an unpaired "
+                                            "surrogate escape such as \\ud800", *positions.at(jp)))
+                stack.append((item, [*parts, key]))
+        elif isinstance(value, list):
+            stack.extend((item, [*parts, i]) for i, item in enumerate(value))
+    return problems
 
 
 def strip_jsonc(text: str) -> str:
@@ -412,7 +462,8 @@ def _problem(err: jsonschema.ValidationError, positions: _Positions) -> Problem:
         msg = f"missing required key {m.group(1)!r}" if m else err.message
     elif kind == "pattern":
         msg = (f"invalid id {json.dumps(inst, ensure_ascii=False)}: an id may not contain "
-               "whitespace, '/', '[', ']' or '::' (it becomes part of a pytest node id)")
+               "whitespace, control characters, '/', '[', ']' or '::' (it becomes part of a "
+               "pytest node id)")
     elif kind == "minLength":
         msg = f"expected a non-empty string; found {_describe(inst)}"
     elif kind in ("minimum", "maximum", "exclusiveMinimum"):

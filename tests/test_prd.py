@@ -29,7 +29,7 @@ CRITERION_EXPECTED = (
     "expected a criterion: a non-empty string, or an object with one check key "
     "('run', 'testCommand'); found "
 )
-ID_RULE = "an id may not contain whitespace, '/', '[', ']' or '::'"
+ID_RULE = "an id may not contain whitespace, control characters, '/', '[', ']' or '::'"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1105,3 +1105,24 @@ def test_schema_agrees_with_the_loader() -> None:
         {"stories": []},
     ):
         assert not validator.is_valid(bad), bad
+
+
+@pytest.mark.parametrize(("content", "suffix", "message"), [
+    ('{"userStories": [{"id": "A", "title": "t", "acceptanceCriteria": ["x"], "priority": '
+     + "9" * 5000 + "}]}", ".json",
+     "$: invalid JSON: a number has thousands of digits; expected an ordinary number"),
+    ("userStories:\n- id: A\n  title: t\n  acceptanceCriteria: [x]\n  priority: " + "9" * 5000,
+     ".yaml", "$: invalid YAML: a number has thousands of digits; expected an ordinary number"),
+    ('{"userStories": [{"id": "A\\ud800", "title": "t", "acceptanceCriteria": ["x"]}]}', ".json",
+     "$.userStories[0].id: expected text; found a string with an unpaired surrogate escape"),
+    ('{"userStories": [{"id": "A\\u0000B", "title": "t", "acceptanceCriteria": ["x"]}]}',
+     ".json", '$.userStories[0].id: invalid id "A\\u0000B": an id may not contain whitespace, '
+     "control characters"),
+])
+def test_input_that_python_cannot_handle_is_a_precise_error(tmp_path: Path, content: str,
+                                                            suffix: str, message: str) -> None:
+    path = tmp_path / f"prd{suffix}"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(PRDError) as info:
+        load_prd(path)
+    assert message in info.value.describe()
