@@ -36,6 +36,8 @@ PRD_FILE_NAMES = ("prd.json", "prd.jsonc", "prd.yaml", "prd.yml")
 PRD_SEARCH_DIRS = (".", ".ralph", "scripts/ralph")
 
 _YAML_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: The YAML loader used for PRDs: PyYAML's C-accelerated safe loader when available.
+YAML_LOADER = _YAML_LOADER
 
 
 @dataclass(frozen=True)
@@ -386,6 +388,10 @@ class _Positions:
         """(JSON path, key) of every repeated key in an object."""
         self._build()
         return list(self._dups)
+
+
+#: Public name of the JSON-path -> (line, column) locator, for write-back.
+Positions = _Positions
 
 
 def json_path(parts: Iterable[str | int]) -> str:

@@ -1,19 +1,24 @@
 """Write-back: after each check phase, set each story's ``passes`` to what the checks found.
 
 A story passes when all of its criteria passed; a story whose criteria are all
-claimed therefore keeps its own claim. JSON files are rewritten in place, keeping
-key order, indentation and the final newline. Formats that cannot be rewritten
-without losing what the user wrote (``.jsonc`` comments, YAML) get a sidecar
-file instead; sidecars are informational and never feed the claimed rule.
+claimed therefore keeps its own claim. Only the ``true``/``false`` word of each
+changed story is replaced, so formatting, comments and escapes survive in every
+format. Where a story has no ``passes`` yet, a ``.json`` file is rewritten (key order,
+indentation and final newline kept) and ``.jsonc``/YAML verdicts go to a sidecar
+file; sidecars are informational and never feed the claimed rule.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from .prd import PRD_FORMATS, YAML_LOADER, Positions, strip_jsonc
 from .results import CheckResults, atomic_write_text
 
 
@@ -25,38 +30,85 @@ def story_verdicts(results: CheckResults) -> dict[str, bool]:
 def write_back(prd_path: Path, verdicts: Mapping[str, bool], sidecar: Path) -> list[str]:
     """Set ``passes`` of the stories in ``verdicts``.
 
+    Where a story already has a ``passes`` literal, only that word is replaced, in any
+    format: the rest of the file (formatting, comments, escapes, a BOM) stays byte for
+    byte. A ``.json`` story without one is given one by rewriting the file (key order,
+    indentation and final newline kept); ``.jsonc`` and YAML stories without one get
+    their verdict in the sidecar instead.
+
     Args:
         prd_path: the PRD file.
         verdicts: story id -> passes.
-        sidecar: JSON file used for formats that are not rewritten in place
+        sidecar: JSON file for verdicts that cannot be written into the PRD
             (``{"prd": path, "passes": {story id: bool}}``).
 
     Returns:
         The ids of the stories whose ``passes`` changed (in the file or the sidecar).
-        Nothing is written when the file cannot be read or is not a canonical PRD
-        any more (the check phase reports that as a failure).
+        Nothing is written when the file cannot be read or parsed, or is not a canonical
+        PRD any more (the check phase reports that as a failure).
     """
-    if prd_path.suffix.lower() != ".json":
-        return _write_sidecar(prd_path, verdicts, sidecar)
+    fmt = PRD_FORMATS.get(prd_path.suffix.lower())
     try:
-        raw = prd_path.read_text("utf-8-sig")
-        data = json.loads(raw)
-    except (OSError, ValueError):
+        raw = prd_path.read_bytes()
+        bom = raw.startswith(b"\xef\xbb\xbf")
+        text = raw[3:].decode("utf-8") if bom else raw.decode("utf-8")
+        data = _load(text, fmt)
+    except (OSError, ValueError, yaml.YAMLError, RecursionError):
         return []
     stories = data.get("userStories") if isinstance(data, dict) else None
     if not isinstance(stories, list):
         return []
+    positions = Positions(text, fmt or "json")
+    line_starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
+    edits: list[tuple[int, int, str]] = []
     changed: list[str] = []
-    for story in stories:
-        if isinstance(story, dict) and story.get("id") in verdicts:
-            want = verdicts[story["id"]]
-            if story.get("passes") is not want:
-                story["passes"] = want
-                changed.append(str(story["id"]))
-    if changed:
-        text = json.dumps(data, indent=_indent(raw), ensure_ascii=False)
-        atomic_write_text(prd_path, text + ("\n" if raw.endswith("\n") else ""))
+    unplaced: dict[str, bool] = {}
+    for i, story in enumerate(stories):
+        if not (isinstance(story, dict) and story.get("id") in verdicts):
+            continue
+        sid, want = story["id"], verdicts[story["id"]]
+        span = _literal_span(text, line_starts, positions.at(f"$.userStories[{i}].passes"))
+        if span is not None and isinstance(story.get("passes"), bool):
+            if story["passes"] is not want:
+                edits.append((*span, "true" if want else "false"))
+                changed.append(str(sid))
+                story["passes"] = want  # for a full rewrite, below
+        elif story.get("passes") is not want:
+            story["passes"] = want
+            unplaced[str(sid)] = want
+    if unplaced and fmt == "json":  # add the missing keys: rewrite the whole file
+        out = json.dumps(data, indent=_indent(text), ensure_ascii=False)
+        out += "\n" if text.endswith("\n") else ""
+        changed += unplaced
+    else:
+        out = text
+        for start, end, word in sorted(edits, reverse=True):
+            out = out[:start] + word + out[end:]
+        if unplaced:
+            changed += _write_sidecar(prd_path, unplaced, sidecar)
+    if out != text:
+        atomic_write_text(prd_path, ("\ufeff" if bom else "") + out)
     return changed
+
+
+_BOOL_LITERAL = re.compile(r"(?i:true|false|yes|no|on|off)\b")
+
+
+def _literal_span(text: str, line_starts: list[int],
+                  pos: tuple[int | None, int | None]) -> tuple[int, int] | None:
+    """(start, end) of the boolean literal at 1-based (line, column), or ``None``."""
+    line, column = pos
+    if line is None or column is None or line > len(line_starts):
+        return None
+    start = line_starts[line - 1] + column - 1
+    m = _BOOL_LITERAL.match(text, start)
+    return (start, m.end()) if m else None
+
+
+def _load(text: str, fmt: str | None) -> Any:
+    if fmt == "yaml":
+        return yaml.load(text, Loader=YAML_LOADER)
+    return json.loads(strip_jsonc(text) if fmt == "jsonc" else text)
 
 
 def _indent(text: str) -> int | str | None:

@@ -194,10 +194,29 @@ userStories:
 """
 
 
+YAML_NO_PASSES = YAML.replace("    passes: false\n", "").replace("    passes: true\n", "")
+JSONC_NO_PASSES = JSONC.replace(', "passes": false', "").replace(', "passes": true', "")
+
+
 @pytest.mark.parametrize(("name", "content"), [
     ("prd.jsonc", JSONC), ("prd.yaml", YAML), ("prd.yml", YAML),
 ])
-def test_other_formats_get_a_sidecar_and_the_file_is_never_modified(
+def test_other_formats_change_only_the_passes_word(tmp_path: Path, name: str,
+                                                   content: str) -> None:
+    """Comments, layout and everything else stay byte for byte; no sidecar is needed."""
+    prd = tmp_path / name
+    prd.write_text(content, encoding="utf-8")
+    sidecar = tmp_path / "state" / "passes.json"
+    assert write_back(prd, {"US-001": True, "US-002": True}, sidecar) == ["US-001"]
+    assert prd.read_text("utf-8") == content.replace("passes: false", "passes: true").replace(
+        '"passes": false', '"passes": true')
+    assert not sidecar.exists()
+
+
+@pytest.mark.parametrize(("name", "content"), [
+    ("prd.jsonc", JSONC_NO_PASSES), ("prd.yaml", YAML_NO_PASSES),
+])
+def test_other_formats_without_passes_get_a_sidecar_and_are_not_modified(
     tmp_path: Path, name: str, content: str
 ) -> None:
     prd = tmp_path / name
@@ -212,9 +231,18 @@ def test_other_formats_get_a_sidecar_and_the_file_is_never_modified(
         "prd": str(prd), "passes": {"US-001": True, "US-002": True}}
 
 
+def test_json_edit_keeps_escapes_numbers_and_bom(tmp_path: Path) -> None:
+    content = ('\ufeff{"project": "Caf\\u00e9 \\/ 1e3",\n "userStories": [{"id": "US-001", '
+               '"priority": 2.50, "acceptanceCriteria": ["a"], "passes": false}]}\n')
+    prd = tmp_path / "prd.json"
+    prd.write_bytes(content.encode("utf-8"))
+    assert write_back(prd, {"US-001": True}, tmp_path / "s.json") == ["US-001"]
+    assert prd.read_bytes() == content.replace('"passes": false', '"passes": true').encode()
+
+
 def test_sidecar_reports_only_changes_and_merges(tmp_path: Path) -> None:
     prd = tmp_path / "prd.yaml"
-    prd.write_text(YAML, encoding="utf-8")
+    prd.write_text(YAML_NO_PASSES, encoding="utf-8")
     sidecar = tmp_path / "passes.json"
     assert write_back(prd, {"US-001": False}, sidecar) == ["US-001"]
     assert write_back(prd, {"US-001": False}, sidecar) == []
@@ -227,7 +255,7 @@ def test_sidecar_reports_only_changes_and_merges(tmp_path: Path) -> None:
 
 def test_sidecar_of_another_prd_is_replaced(tmp_path: Path) -> None:
     prd = tmp_path / "prd.yaml"
-    prd.write_text(YAML, encoding="utf-8")
+    prd.write_text(YAML_NO_PASSES, encoding="utf-8")
     sidecar = tmp_path / "passes.json"
     sidecar.write_text(json.dumps({"prd": "/elsewhere/prd.yaml",
                                    "passes": {"US-001": True, "US-009": True}}), "utf-8")
@@ -238,7 +266,7 @@ def test_sidecar_of_another_prd_is_replaced(tmp_path: Path) -> None:
 
 def test_garbage_sidecar_is_replaced(tmp_path: Path) -> None:
     prd = tmp_path / "prd.jsonc"
-    prd.write_text(JSONC, encoding="utf-8")
+    prd.write_text(JSONC_NO_PASSES, encoding="utf-8")
     sidecar = tmp_path / "passes.json"
     sidecar.write_text("{{{ nope", "utf-8")
     assert write_back(prd, {"US-002": True}, sidecar) == ["US-002"]
@@ -277,3 +305,14 @@ def test_verdicts_round_trip_through_the_file(tmp_path: Path) -> None:
     data = json.loads(prd.read_text("utf-8"))
     assert {s.get("id"): s["passes"] for s in data["userStories"]} == {
         "US-001": True, "US-002": False, None: False}
+
+
+def test_json_with_a_missing_passes_is_rewritten_with_every_verdict(tmp_path: Path) -> None:
+    prd = tmp_path / "prd.json"
+    prd.write_text(json.dumps({"userStories": [
+        {"id": "US-001", "acceptanceCriteria": ["a"], "passes": False},
+        {"id": "US-002", "acceptanceCriteria": ["b"]}]}, indent=2) + "\n", encoding="utf-8")
+    assert sorted(write_back(prd, {"US-001": True, "US-002": True}, tmp_path / "s.json")) == [
+        "US-001", "US-002"]
+    stories = json.loads(prd.read_text("utf-8"))["userStories"]
+    assert [s.get("passes") for s in stories] == [True, True]
