@@ -50,13 +50,18 @@ def resolve_executable(argv: Sequence[str], cwd: Path) -> str:
     """The full path of ``argv[0]``, looked up on PATH (or relative to ``cwd`` if it has a slash).
 
     Raises:
-        AgentCommandError: no such executable.
+        AgentCommandError: no such executable, or a file that is not executable.
     """
     exe = argv[0]
     if os.sep in exe or (os.altsep and os.altsep in exe):
         candidate = (cwd / exe) if not os.path.isabs(exe) else Path(exe)
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
+        if candidate.is_file():
+            raise AgentCommandError(
+                f"agent {exe!r} exists but is not executable (argv {list(argv)!r}); make it "
+                f"executable (chmod +x {exe}) or run it through its interpreter, e.g. "
+                f"`python {exe}`")
     else:
         found = shutil.which(exe)
         if found:

@@ -29,7 +29,7 @@ from .checkrun import CheckPhaseConfig, run_check_phase
 from .model import PRD, Story
 from .prd import PRDError, load_prd
 from .prompt import PROGRESS_CHARS, PromptContext, build_prompt, pick_story, template_path
-from .report import write_report
+from .report import clean, write_report
 from .results import CheckResults, CriterionResult
 from .settings import Settings
 from .state import LockedError, RunDir, StateDir
@@ -503,7 +503,7 @@ def _keys(r: CheckResults, most: int = 8) -> str:
 def why(message: str, limit: int = 200) -> str:
     """The most telling line of a failure message: pytest's first ``E`` line, else the first
     line that is not a heading (ending in ``:``); at most ``limit`` characters."""
-    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in clean(message).splitlines() if ln.strip()]
     pick = next((ln for ln in lines if ln.startswith("E ")), None) or next(
         (ln for ln in lines if not ln.endswith(":")), lines[0] if lines else "")
     return pick[:limit]

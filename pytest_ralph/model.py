@@ -8,6 +8,7 @@ controller, the Stop hook and the pytest layer all share them.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,5 +133,7 @@ class PRD:
 
 
 def slugify(text: str) -> str:
-    """Lower-case ``text`` and keep ``[a-z0-9]`` runs joined by ``-`` (at most 60 characters)."""
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60].strip("-")
+    """Lower-case ``text`` with accents removed (``é`` -> ``e``), and keep ``[a-z0-9]`` runs
+    joined by ``-`` (at most 60 characters)."""
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    return re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")[:60].strip("-")

@@ -8,6 +8,7 @@ full state a human needs to take over.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,25 @@ if TYPE_CHECKING:
 
 _EXIT_MEANING = {0: "complete", 1: "stopped at a limit", 2: "interrupted", 3: "internal error",
                  6: "circuit breaker tripped", 7: "the agent could not run"}
+
+
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|"
+                      r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def clean(text: str) -> str:
+    """``text`` without terminal escape sequences and control characters (tabs and newlines
+    kept): agent and command output must not drive a terminal or a Markdown viewer."""
+    return _CONTROL.sub("", text)
+
+
+def _block(text: str) -> list[str]:
+    """A fenced code block holding ``text`` verbatim: the fence is longer than any run of
+    backticks inside, so the text cannot close it."""
+    text = clean(text)
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + "text", text, fence]
 
 
 def _cell(text: str) -> str:
@@ -93,9 +113,9 @@ def render_report(run: RunRecord) -> str:
         for c in last.failing:
             fp = fingerprint([(c.key, c.message)])
             out += [f"### {c.key}: {c.text}", "", f"- node id: `{c.nodeid}`",
-                    f"- fingerprint: `{fp}`", "", "```text", excerpt(c.message, 2000), "```", ""]
+                    f"- fingerprint: `{fp}`", "", *_block(excerpt(c.message, 2000)), ""]
         for e in last.errors:
-            out += ["### Check phase error", "", "```text", excerpt(e, 2000), "```", ""]
+            out += ["### Check phase error", "", *_block(excerpt(e, 2000)), ""]
     if claimed:
         out += ["## Claimed, not verified", "",
                 "These text criteria pass only because their story says `passes: true`; no "
@@ -119,11 +139,11 @@ def _escalation(run: RunRecord) -> list[str]:
     out += [f"- Progress log: `{run.settings.dir / 'progress.txt'}`",
             f"- Run summary: `{run.run_dir.path / 'run.json'}`", ""]
     if last_agent is not None and last_agent.agent is not None:
-        out += ["### End of the last agent log", "", "```text",
-                excerpt(last_agent.agent.log_tail, 3000) or "(empty)", "```", ""]
+        out += ["### End of the last agent log", "",
+                *_block(excerpt(last_agent.agent.log_tail, 3000) or "(empty)"), ""]
     out += ["### Full failure text of the last check", ""]
     for c in run.last.results.failing:
-        out += [f"#### {c.key}", "", "```text", excerpt(c.message, 6000), "```", ""]
+        out += [f"#### {c.key}", "", *_block(excerpt(c.message, 6000)), ""]
     return out
 
 

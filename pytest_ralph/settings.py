@@ -202,7 +202,7 @@ def _convert(spec: Spec, raw: Any, source: str, base: Path) -> Any:
             raise bad("one or more story ids")
         return out
     low, high = spec.low or 0, spec.high or 0
-    expected = (f"an integer from {low:g} to {high:g}" if spec.kind == "int" else
+    expected = (f"an integer from {int(low)} to {int(high)}" if spec.kind == "int" else
                 f"a number of seconds > {low:g} and <= {high:g}")
     try:
         number: float = int(str(raw).strip()) if spec.kind == "int" else float(str(raw).strip())

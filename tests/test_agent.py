@@ -287,3 +287,11 @@ def test_describe_of_a_real_run(tmp_path: Path) -> None:
     assert run.describe().startswith(f"agent `{Path(PY).name}` exit 5 in ")
     assert run.describe().endswith(" s")
 
+
+
+def test_a_file_that_is_not_executable_is_named_as_such(tmp_path: Path) -> None:
+    script = tmp_path / "agent.py"
+    script.write_text("print('hi')\n")
+    script.chmod(0o644)
+    with pytest.raises(AgentCommandError, match=r"exists but is not executable.*python \./agent"):
+        resolve_executable(["./agent.py"], tmp_path)

@@ -1126,3 +1126,10 @@ def test_input_that_python_cannot_handle_is_a_precise_error(tmp_path: Path, cont
     with pytest.raises(PRDError) as info:
         load_prd(path)
     assert message in info.value.describe()
+
+
+def test_topic_slug_drops_accents() -> None:
+    from pytest_ralph.model import slugify
+
+    assert slugify("Café Déjà-vu 🚀") == "cafe-deja-vu"
+    assert slugify("🚀🚀") == ""

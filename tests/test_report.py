@@ -242,3 +242,14 @@ def test_write_report(tmp_path: Path) -> None:
     assert write_report(run, path) == path
     assert path.read_text("utf-8") == render_report(run)
     assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+def test_agent_output_cannot_break_out_of_its_code_block() -> None:
+    from pytest_ralph.report import _block, clean
+
+    hostile = "ok\n```\n# injected heading\n\x1b]0;title\x07\x1b[31mred\x1b[0m\x07bell"
+    lines = _block(hostile)
+    assert lines[0] == "````text" and lines[-1] == "````"
+    assert "\x1b" not in lines[1] and "\x07" not in lines[1]
+    assert "# injected heading" in lines[1] and "red" in lines[1]
+    assert clean("a\tb\nc\x00d") == "a\tb\ncd"
