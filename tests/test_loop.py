@@ -224,6 +224,14 @@ def test_bad_prd_is_exit_4_with_file_and_line(pytester: pytest.Pytester) -> None
     assert "Traceback" not in err + result.stdout.str()
 
 
+def wait_for(path: Path, seconds: float = 60) -> None:
+    """Wait until ``path`` exists (a marker a subprocess writes), failing after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.1)
+
+
 def _alive(pid: int) -> bool:
     try:
         status = Path(f"/proc/{pid}/status").read_text()
@@ -427,10 +435,7 @@ def test_ctrl_c_is_exit_2_and_writes_the_report(pytester: pytest.Pytester,
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "--ralph", "--ralph-agent", agent("slow.py", SLOW_AGENT)],
         cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while not (pytester.path / "agent-started").exists():
-        assert time.monotonic() < deadline, "agent never started"
-        time.sleep(0.1)
+    wait_for(pytester.path / "agent-started")
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2, out.decode()
@@ -603,10 +608,7 @@ def test_a_second_loop_in_the_same_folder_is_refused(pytester: pytest.Pytester,
         [sys.executable, "-m", "pytest", "--ralph", "--ralph-agent", agent("slow.py", SLOW_AGENT)],
         cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
-        while not (pytester.path / "agent-started").exists():
-            assert time.monotonic() < deadline, "agent never started"
-            time.sleep(0.1)
+        wait_for(pytester.path / "agent-started")
         second = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass")
         assert second.ret == 4
         second.stderr.fnmatch_lines([f"*another `pytest --ralph` loop is running*(pid {first.pid}"
@@ -641,10 +643,7 @@ def test_ctrl_c_during_a_check_leaves_no_process(pytester: pytest.Pytester,
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "--ralph", "--ralph-agent",
                              f"{PY} -c pass"], cwd=pytester.path, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while not (pytester.path / "check.pid").exists():
-        assert time.monotonic() < deadline, "check never started"
-        time.sleep(0.1)
+    wait_for(pytester.path / "check.pid")
     time.sleep(0.3)
     pid = int((pytester.path / "check.pid").read_text())
     proc.send_signal(signal.SIGINT)
