@@ -40,6 +40,7 @@ class CheckPhaseConfig:
         keyword: the ``-k`` expression to select criteria ("" selects all; it also
             overrides a ``-k`` in the user's ``addopts``).
         markexpr: the ``-m`` expression, likewise.
+        deselect: node id prefixes to deselect (``--deselect``).
         junitxml: where the child writes JUnit XML (each phase overwrites it), or ``None``.
         expected: the criteria every phase must report, as (story id, criterion id, text);
             one that is missing counts as failing (removed, renamed or deselected).
@@ -55,6 +56,7 @@ class CheckPhaseConfig:
     python: str = sys.executable
     keyword: str = ""
     markexpr: str = ""
+    deselect: tuple[str, ...] = ()
     junitxml: Path | None = None
     expected: tuple[tuple[str, str, str], ...] = ()
     extra_args: tuple[str, ...] = ()
@@ -62,7 +64,8 @@ class CheckPhaseConfig:
     def argv(self, results_path: Path) -> list[str]:
         """The child pytest's argv."""
         argv = [self.python, "-m", "pytest", str(self.prd), "--ralph-results", str(results_path),
-                "--rootdir", str(self.rootdir), "-p", "no:cacheprovider", "-q", "--no-header",
+                # "." (the child runs in the rootdir): pytest expands $VARS in --rootdir.
+                "--rootdir", ".", "-p", "no:cacheprovider", "-q", "--no-header",
                 # Whatever the user's addopts say: select by -k/-m only as asked, never stop
                 # early (-x), so that every criterion gets a verdict.
                 "-k", self.keyword, "-m", self.markexpr, "--maxfail=0"]
@@ -74,6 +77,8 @@ class CheckPhaseConfig:
             argv += ["--ralph-story", story]
         if self.strict:
             argv.append("--ralph-strict")
+        for prefix in self.deselect:
+            argv += ["--deselect", prefix]
         if self.junitxml is not None:
             argv.append(f"--junitxml={self.junitxml}")
         return argv + list(self.extra_args)

@@ -154,11 +154,13 @@ class Loop:
         keyword: a ``-k`` expression that selects criteria ("" for all).
         markexpr: a ``-m`` expression that selects criteria ("" for all).
         junitxml: where each check phase writes JUnit XML (the last one stays), or ``None``.
+        deselect: node id prefixes deselected with ``--deselect``.
     """
 
     def __init__(self, settings: Settings, *, rootdir: Path, inifile: Path | None,
                  out: TextIO = sys.stdout, python: str = sys.executable, keyword: str = "",
-                 markexpr: str = "", junitxml: Path | None = None) -> None:
+                 markexpr: str = "", junitxml: Path | None = None,
+                 deselect: tuple[str, ...] = ()) -> None:
         self.settings = settings
         self.rootdir = rootdir
         self.inifile = inifile
@@ -167,6 +169,7 @@ class Loop:
         self.keyword = keyword
         self.markexpr = markexpr
         self.junitxml = junitxml
+        self.deselect = deselect
         self._out_broken = False
 
     # -- set-up ------------------------------------------------------------------------------
@@ -233,13 +236,20 @@ class Loop:
     def _phase_config(self, prd: PRD) -> CheckPhaseConfig:
         """The check-phase settings; every selected criterion is expected in every check
         (with ``-k``/``-m`` the baseline decides which are selected)."""
-        expected = () if self.keyword or self.markexpr else tuple(
+        expected = () if self._selection() else tuple(
             (st.id, c.id, c.text) for st in self._selected(prd) for c in st.criteria)
         return CheckPhaseConfig(prd=prd.path, rootdir=self.rootdir, inifile=self.inifile,
                                 stories=self.settings.story, strict=self.settings.strict,
                                 python=self.python, keyword=self.keyword,
                                 markexpr=self.markexpr, junitxml=self.junitxml,
-                                expected=expected)
+                                deselect=self.deselect, expected=expected)
+
+    def _selection(self) -> str:
+        """``-k 'x' --deselect y``: the options that select criteria, as the user gave them."""
+        parts = [f"{flag} {expr!r}" for flag, expr in (("-k", self.keyword),
+                                                        ("-m", self.markexpr)) if expr]
+        parts += [f"--deselect {d}" for d in self.deselect]
+        return " ".join(parts)
 
     # -- dry run -----------------------------------------------------------------------------
 
@@ -314,8 +324,8 @@ class Loop:
         if not phase.expected:  # selected by -k/-m: the baseline says which criteria
             if not base.criteria and not base.errors:
                 return self._stop(run, "no-criteria", EXIT_NO_CRITERIA,
-                                  f"-k {self.keyword!r} -m {self.markexpr!r} deselect every "
-                                  f"criterion of {run.prd.path}")
+                                  f"{self._selection()} deselects every criterion of "
+                                  f"{run.prd.path}")
             phase = replace(phase, expected=tuple((c.story, c.criterion, c.text)
                                                   for c in base.criteria))
         self._write_back(run.prd, base, state)
@@ -390,7 +400,11 @@ class Loop:
     def _write_back(self, prd: PRD, results: CheckResults, state: StateDir) -> None:
         if results.errors or not results.criteria:
             return
-        write_back(prd.path, story_verdicts(results), state.root / "passes.json")
+        try:  # the PRD as it was checked (the agent may have edited it)
+            current = load_prd(prd.path, max_bytes=self.settings.max_prd_bytes)
+        except PRDError:
+            return
+        write_back(prd.path, story_verdicts(results, current), state.root / "passes.json")
 
     def _stop(self, run: RunRecord, status: str, code: int, reason: str) -> int:
         run.status, run.exit_code, run.reason = status, code, reason
@@ -420,8 +434,7 @@ class Loop:
     def _print_baseline(self, run: RunRecord) -> None:
         r = run.last.results
         total = len(r.criteria)
-        selection = " ".join(f"{flag} {expr!r}" for flag, expr in
-                             (("-k", self.keyword), ("-m", self.markexpr)) if expr)
+        selection = self._selection()
         self._print(f"[ralph baseline]\n  {len(r.passing)}/{total} criteria passing"
                     + (f"; failing: {_keys(r)}" if r.failing or r.errors else "")
                     + (f"\n  selected by {selection}: {plural(total, 'criterion', 'criteria')}"

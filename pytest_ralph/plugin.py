@@ -115,9 +115,14 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """Take over the session for ``--ralph`` / ``--ralph-dry-run``; return the loop's exit code."""
     if not (config.getoption("ralph") or config.getoption("ralph_dry_run")) or _is_child():
         return None
+    dry = "use --ralph-dry-run to see what the loop would do"
     for flag, name, hint in (("usepdb", "--pdb", "the loop runs the checks in child processes"),
-                             ("collectonly", "--collect-only",
-                              "use --ralph-dry-run to see what the loop would do")):
+                             ("collectonly", "--collect-only", dry),
+                             ("setupplan", "--setup-plan", dry), ("setuponly", "--setup-only", dry),
+                             ("showfixtures", "--fixtures", "run it without --ralph"),
+                             ("show_fixtures_per_test", "--fixtures-per-test",
+                              "run it without --ralph"),
+                             ("markers", "--markers", "run it without --ralph")):
         if config.getoption(flag, False):
             raise pytest.UsageError(f"pytest-ralph: {name} cannot be used with --ralph ({hint})")
     settings = _positional_prd(config, get_settings(config))
@@ -127,7 +132,8 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     loop = Loop(settings, rootdir=config.rootpath, inifile=config.inipath,
                 keyword=config.getoption("keyword", "") or "",
                 markexpr=config.getoption("markexpr", "") or "",
-                junitxml=(config.invocation_params.dir / xml).resolve() if xml else None)
+                junitxml=(config.invocation_params.dir / xml).resolve() if xml else None,
+                deselect=tuple(config.getoption("deselect", None) or ()))
     try:
         return run_loop(loop, dry_run=bool(config.getoption("ralph_dry_run")), err=_err)
     except Exception:
@@ -177,6 +183,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(ResultsRecorder(Path(results)), "ralph-results")
         _sigterm_interrupts()
     config.pluginmanager.register(GateSummary(config), "ralph-gate-summary")
+    if settings.prd is not None and not settings.prd.is_file() and not _is_child():
+        raise pytest.UsageError(
+            f"pytest-ralph: the PRD {settings.prd} (from {settings.sources.get('prd')}) does "
+            "not exist; fix the path, or unset it to use discovery")
     args_source = getattr(config, "args_source", None)
     if args_source is not None and args_source != pytest.Config.ArgsSource.ARGS:
         prd = settings.prd or discover_prd(config.rootpath)

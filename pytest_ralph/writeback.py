@@ -1,11 +1,11 @@
 """Write-back: after each check phase, set each story's ``passes`` to what the checks found.
 
 A story passes when all of its criteria passed; a story whose criteria are all
-claimed therefore keeps its own claim. Only the ``true``/``false`` word of each
-changed story is replaced, so formatting, comments and escapes survive in every
-format. Where a story has no ``passes`` yet, a ``.json`` file is rewritten (key order,
-indentation and final newline kept) and ``.jsonc``/YAML verdicts go to a sidecar
-file; sidecars are informational and never feed the claimed rule.
+claimed therefore keeps its own claim. The file is edited, never re-serialized: the
+``true``/``false`` word of a changed story is replaced, and a JSON or JSONC story
+without ``passes`` gets ``, "passes": true`` inserted after its id. Formatting,
+comments, escapes and line endings survive. A YAML story without ``passes`` gets its
+verdict in a sidecar file; sidecars are informational and never feed the claimed rule.
 """
 
 from __future__ import annotations
@@ -18,23 +18,34 @@ from typing import Any
 
 import yaml
 
+from .model import PRD
 from .prd import PRD_FORMATS, YAML_LOADER, Positions, strip_jsonc
 from .results import CheckResults, atomic_write_text
 
 
-def story_verdicts(results: CheckResults) -> dict[str, bool]:
-    """Story id -> whether every criterion of the story passed in ``results``."""
-    return {story: all(c.passed for c in crits) for story, crits in results.by_story().items()}
+def story_verdicts(results: CheckResults, prd: PRD | None = None) -> dict[str, bool]:
+    """Story id -> whether every criterion of the story passed in ``results``.
+
+    With ``prd``, only stories whose every criterion was actually checked get a verdict
+    (``-k`` may have checked part of a story: that says nothing about the rest).
+    """
+    out: dict[str, bool] = {}
+    for sid, crits in results.by_story().items():
+        if prd is not None:
+            story = prd.story(sid)
+            checked = {c.criterion for c in crits if c.kind != "missing"}
+            if story is None or not {c.id for c in story.criteria} <= checked:
+                continue
+        out[sid] = all(c.passed for c in crits)
+    return out
 
 
 def write_back(prd_path: Path, verdicts: Mapping[str, bool], sidecar: Path) -> list[str]:
     """Set ``passes`` of the stories in ``verdicts``.
 
-    Where a story already has a ``passes`` literal, only that word is replaced, in any
-    format: the rest of the file (formatting, comments, escapes, a BOM) stays byte for
-    byte. A ``.json`` story without one is given one by rewriting the file (key order,
-    indentation and final newline kept); ``.jsonc`` and YAML stories without one get
-    their verdict in the sidecar instead.
+    Only the ``passes`` literal of a changed story is replaced, or for a JSON/JSONC story
+    without one, ``, "passes": X`` is inserted after its id: the rest of the file stays byte
+    for byte. A YAML story without ``passes`` gets its verdict in the sidecar instead.
 
     Args:
         prd_path: the PRD file.
@@ -72,20 +83,21 @@ def write_back(prd_path: Path, verdicts: Mapping[str, bool], sidecar: Path) -> l
             if story["passes"] is not want:
                 edits.append((*span, "true" if want else "false"))
                 changed.append(str(sid))
-                story["passes"] = want  # for a full rewrite, below
         elif story.get("passes") is not want:
-            story["passes"] = want
-            unplaced[str(sid)] = want
-    if unplaced and fmt == "json":  # add the missing keys: rewrite the whole file
-        out = json.dumps(data, indent=_indent(text), ensure_ascii=False)
-        out += "\n" if text.endswith("\n") else ""
-        changed += unplaced
-    else:
-        out = text
-        for start, end, word in sorted(edits, reverse=True):
-            out = out[:start] + word + out[end:]
-        if unplaced:
-            changed += _write_sidecar(prd_path, unplaced, sidecar)
+            after_id = None
+            if fmt in ("json", "jsonc") and "passes" not in story:
+                after_id = _string_end(text, line_starts,
+                                       positions.at(f"$.userStories[{i}].id"))
+            if after_id is not None:  # insert `, "passes": X` right after the id
+                edits.append((after_id, after_id, f', "passes": {"true" if want else "false"}'))
+                changed.append(str(sid))
+            else:
+                unplaced[str(sid)] = want
+    out = text
+    for start, end, word in sorted(edits, reverse=True):
+        out = out[:start] + word + out[end:]
+    if unplaced:
+        changed += _write_sidecar(prd_path, unplaced, sidecar)
     if out != text:
         atomic_write_text(prd_path, ("\ufeff" if bom else "") + out)
     return changed
@@ -105,24 +117,26 @@ def _literal_span(text: str, line_starts: list[int],
     return (start, m.end()) if m else None
 
 
+def _string_end(text: str, line_starts: list[int],
+                pos: tuple[int | None, int | None]) -> int | None:
+    """The index just after the JSON string literal at 1-based (line, column), or ``None``."""
+    line, column = pos
+    if line is None or column is None or line > len(line_starts):
+        return None
+    start = line_starts[line - 1] + column - 1
+    if start >= len(text) or text[start] != '"':
+        return None
+    try:
+        end: int = json.decoder.scanstring(text, start + 1)[1]  # type: ignore[attr-defined]
+        return end
+    except ValueError:
+        return None
+
+
 def _load(text: str, fmt: str | None) -> Any:
     if fmt == "yaml":
         return yaml.load(text, Loader=YAML_LOADER)
     return json.loads(strip_jsonc(text) if fmt == "jsonc" else text)
-
-
-def _indent(text: str) -> int | str | None:
-    """The indentation of ``text`` for :func:`json.dumps`: a tab, a number of spaces, or
-    ``None`` for a file written on one line (kept on one line)."""
-    lines = text.strip().splitlines()
-    if len(lines) <= 1:
-        return None
-    for line in lines[1:]:
-        stripped = line.lstrip(" \t")
-        if stripped and len(stripped) != len(line):
-            lead = line[: len(line) - len(stripped)]
-            return "\t" if lead.startswith("\t") else len(lead)
-    return 2
 
 
 def _write_sidecar(prd_path: Path, verdicts: Mapping[str, bool], sidecar: Path) -> list[str]:

@@ -238,3 +238,19 @@ def test_header_shows_non_default_settings(pytester: pytest.Pytester, write_prd:
     pytester.makeini("[pytest]\nralph_strict = true\n")
     result = pytester.runpytest()
     result.stdout.fnmatch_lines(["ralph: strict = True (ini ralph_strict (tox.ini))"])
+
+
+@pytest.mark.parametrize("how", ["ini", "env"])
+def test_a_configured_prd_that_does_not_exist_is_a_usage_error(
+        pytester: pytest.Pytester, write_prd: Writer, monkeypatch: pytest.MonkeyPatch,
+        how: str) -> None:
+    write_prd(story("US-1", {"text": "ok", "run": "true"}), name="scripts/ralph/prd.json")
+    if how == "ini":
+        pytester.makeini("[pytest]\nralph_prd = missing/prd.json\n")
+        source = "ini ralph_prd (tox.ini)"
+    else:
+        monkeypatch.setenv("PYTEST_RALPH_PRD", "missing/prd.json")
+        source = "environment variable PYTEST_RALPH_PRD"
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*the PRD */missing/prd.json (from {source}) does not exist*"])

@@ -578,10 +578,11 @@ def test_k_that_deselects_everything_is_exit_5(pytester: pytest.Pytester,
                                            agent("noop.py", COUNTING_NOOP_AGENT), "-k", "NOTHING")
     assert result.ret == 5
     assert agent_runs(pytester) == 0
-    result.stdout.fnmatch_lines(["*-k 'NOTHING'*deselect every criterion*"])
+    result.stdout.fnmatch_lines(["*-k 'NOTHING' deselects every criterion*"])
 
 
-@pytest.mark.parametrize("flag", ["--collect-only", "--pdb"])
+@pytest.mark.parametrize("flag", ["--collect-only", "--pdb", "--setup-plan", "--fixtures",
+                                  "--markers"])
 def test_incompatible_options_are_usage_errors(pytester: pytest.Pytester,
                                                three_files_prd: Path, flag: str) -> None:
     result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass", flag)
@@ -654,3 +655,41 @@ def test_ctrl_c_during_a_check_leaves_no_process(pytester: pytest.Pytester,
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(pid), "the check's shell survived the interrupt"
+
+
+def test_deselect_selects_criteria_for_the_loop(pytester: pytest.Pytester,
+                                                three_files_prd: Path,
+                                                agent: Callable[[str, str], str]) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
+                                           agent("agent.py", FIRST_FAILURE_AGENT),
+                                           "--deselect", "prd.json::US-001")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["  selected by --deselect prd.json::US-001: 1 criterion"])
+    assert not (pytester.path / "a.txt").exists()
+
+
+def test_k_that_checks_part_of_a_story_writes_no_verdict_for_it(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path]) -> None:
+    """Passing the criteria -k selected says nothing about the story's other criteria."""
+    path = write_prd(story("US-001", {"text": "builds", "run": "true"},
+                           {"text": "tests", "run": "false"}, "Verify in browser"))
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass",
+                                           "-k", "AC1")
+    assert result.ret == 0
+    assert json.loads(path.read_text())["userStories"][0]["passes"] is False
+
+
+def test_a_project_path_with_a_dollar_sign(pytester: pytest.Pytester,
+                                           agent: Callable[[str, str], str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest expands $VARS in --rootdir: the child must not be given the path."""
+    monkeypatch.setenv("RALPH_TEST_VAR", "elsewhere")
+    project = pytester.path / "p$RALPH_TEST_VAR"
+    project.mkdir()
+    (project / "prd.json").write_text(json.dumps({"userStories": [
+        {"id": "US-001", "title": "t", "acceptanceCriteria": files_criteria("a.txt")}]}))
+    monkeypatch.chdir(project)
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
+                                           agent("agent.py", FIRST_FAILURE_AGENT))
+    assert result.ret == 0, result.stdout.str()
+    assert (project / "a.txt").exists()

@@ -93,11 +93,14 @@ def test_missing_passes_key_is_added(tmp_path: Path) -> None:
     assert json.loads(prd.read_text("utf-8"))["userStories"][0]["passes"] is False
 
 
-def test_truthy_non_bool_passes_is_replaced_by_a_bool(tmp_path: Path) -> None:
+def test_non_bool_passes_is_left_alone_and_the_verdict_goes_to_the_sidecar(
+        tmp_path: Path) -> None:
     prd = tmp_path / "prd.json"
     _write(prd, {"userStories": [{"id": "US-001", "passes": 1}]})
+    before = prd.read_bytes()
     assert write_back(prd, {"US-001": True}, tmp_path / "s.json") == ["US-001"]
-    assert json.loads(prd.read_text("utf-8"))["userStories"][0]["passes"] is True
+    assert prd.read_bytes() == before
+    assert json.loads((tmp_path / "s.json").read_text("utf-8"))["passes"] == {"US-001": True}
 
 
 @pytest.mark.parametrize("indent", [2, 4, "\t"])
@@ -213,10 +216,8 @@ def test_other_formats_change_only_the_passes_word(tmp_path: Path, name: str,
     assert not sidecar.exists()
 
 
-@pytest.mark.parametrize(("name", "content"), [
-    ("prd.jsonc", JSONC_NO_PASSES), ("prd.yaml", YAML_NO_PASSES),
-])
-def test_other_formats_without_passes_get_a_sidecar_and_are_not_modified(
+@pytest.mark.parametrize(("name", "content"), [("prd.yaml", YAML_NO_PASSES)])
+def test_yaml_without_passes_gets_a_sidecar_and_is_not_modified(
     tmp_path: Path, name: str, content: str
 ) -> None:
     prd = tmp_path / name
@@ -265,8 +266,8 @@ def test_sidecar_of_another_prd_is_replaced(tmp_path: Path) -> None:
 
 
 def test_garbage_sidecar_is_replaced(tmp_path: Path) -> None:
-    prd = tmp_path / "prd.jsonc"
-    prd.write_text(JSONC_NO_PASSES, encoding="utf-8")
+    prd = tmp_path / "prd.yaml"
+    prd.write_text(YAML_NO_PASSES, encoding="utf-8")
     sidecar = tmp_path / "passes.json"
     sidecar.write_text("{{{ nope", "utf-8")
     assert write_back(prd, {"US-002": True}, sidecar) == ["US-002"]
@@ -316,3 +317,18 @@ def test_json_with_a_missing_passes_is_rewritten_with_every_verdict(tmp_path: Pa
         "US-001", "US-002"]
     stories = json.loads(prd.read_text("utf-8"))["userStories"]
     assert [s.get("passes") for s in stories] == [True, True]
+
+
+@pytest.mark.parametrize("name", ["prd.json", "prd.jsonc"])
+def test_json_without_passes_gets_it_inserted_after_the_id(tmp_path: Path, name: str) -> None:
+    content = ('{\r\n "description": "caf\\u00e9", // keep\r\n "userStories": [\r\n'
+               '  {"id": "A", "n": 1e5, "acceptanceCriteria": ["x"]},\r\n'
+               '  {"id": "B", "acceptanceCriteria": ["y"], "passes": false}]}\r\n')
+    if name == "prd.json":
+        content = content.replace(" // keep", "")
+    prd = tmp_path / name
+    prd.write_bytes(content.encode())
+    assert sorted(write_back(prd, {"A": True, "B": True}, tmp_path / "s.json")) == ["A", "B"]
+    assert prd.read_bytes().decode() == content.replace(
+        '{"id": "A",', '{"id": "A", "passes": true,').replace('"passes": false', '"passes": true')
+    assert not (tmp_path / "s.json").exists()
