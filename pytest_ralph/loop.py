@@ -259,8 +259,9 @@ class Loop:
         selected = self._selected(prd)
         fake = CheckResults(tuple(
             CriterionResult(nodeid="", story=st.id, criterion=c.id, text=c.text, kind=c.kind,
-                            outcome="passed" if st.passes else "failed",
-                            message="" if st.passes else "not checked yet (dry run)")
+                            outcome="failed", message="not checked (dry run): the real loop "
+                            "checks every criterion before the first agent run and shows the "
+                            "failures here")
             for st in selected for c in st.criteria))
         prompt_file = self.settings.dir / "runs" / "<run id>" / "iteration-001" / "prompt.md"
         ctx = PromptContext(prd, fake, 1, self.settings.max_iterations, self.rootdir,
@@ -268,7 +269,10 @@ class Loop:
         prompt = build_prompt(self._template(), ctx)
         from .agent import render_argv
 
-        self._print(f"pytest-ralph dry run: PRD {prd.path}; nothing is run or written.\n"
+        note = (f"\n{self._selection()} is applied by the baseline check, which a dry run does "
+                "not run: the prompt below covers every criterion of the selected stories."
+                if self._selection() else "")
+        self._print(f"pytest-ralph dry run: PRD {prd.path}; nothing is run or written.{note}\n"
                     f"--- agent argv ---\n{json.dumps(render_argv(argv, prompt_file))}\n"
                     f"--- prompt for iteration 1 (on stdin and in {{prompt_file}}) ---\n"
                     f"{prompt}\n--- end of prompt ---")

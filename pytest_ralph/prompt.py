@@ -51,6 +51,18 @@ def template_path(name: str) -> Path:
                             f"and {source}); reinstall pytest-ralph")
 
 
+#: Failing criteria of later stories listed (one line each) before "... and N more".
+MAX_OTHER_FAILURES = 30
+
+#: Characters of a criterion text shown on one line.
+ONE_LINE_CHARS = 300
+
+
+def _one_line(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= ONE_LINE_CHARS else text[:ONE_LINE_CHARS - 3] + "..."
+
+
 def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     """``text`` cut to at most about ``limit`` characters: its head and its tail."""
     text = text.strip()
@@ -135,8 +147,11 @@ def render_failing(prd: PRD, results: CheckResults, story: Story | None) -> str:
         parts.append(_failing_entry(prd, r, body))
         budget -= len(body or "")
     if rest:
+        shown = [f"- [{r.key}] {_one_line(r.text)}" for r in rest[:MAX_OTHER_FAILURES]]
+        if len(rest) > MAX_OTHER_FAILURES:
+            shown.append(f"- ... and {len(rest) - MAX_OTHER_FAILURES} more")
         parts.append("Also failing, in later stories (work on them after this one):\n"
-                     + "\n".join(f"- [{r.key}] {r.text}" for r in rest))
+                     + "\n".join(shown))
     for err in results.errors:
         parts.append("- [check phase] the checks could not run:\n"
                      + _indented_excerpt(err, EXCERPT_CHARS))
@@ -155,7 +170,7 @@ def render_story(story: Story | None, results: CheckResults) -> str:
     for c in story.criteria:
         r = status.get(c.id)
         mark = "unknown" if r is None else ("pass" if r.passed else "FAIL")
-        lines.append(f"- [{mark}] {c.id}: {c.text}")
+        lines.append(f"- [{mark}] {c.id}: {_one_line(c.text)}")
     return "\n".join(lines)
 
 
@@ -164,8 +179,10 @@ def build_prompt(template: str, ctx: PromptContext) -> str:
     story = pick_story(ctx.prd, ctx.results)
     total = len(ctx.results.criteria)
     passing = len(ctx.results.passing)
-    goal = (f"Make all {total} acceptance criteria of the {len(ctx.prd.stories)} stories pass. "
-            f"Now {passing} of {total} pass.")
+    n_stories = len(ctx.results.by_story()) or len(ctx.prd.stories)
+    goal = (f"Make all {total} acceptance criteri{'a' if total != 1 else 'on'} of "
+            f"{'the ' if n_stories != 1 else ''}{n_stories} "
+            f"stor{'ies' if n_stories != 1 else 'y'} pass. Now {passing} of {total} pass.")
     values = {
         "iteration": str(ctx.iteration),
         "max_iterations": str(ctx.max_iterations),

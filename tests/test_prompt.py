@@ -10,6 +10,7 @@ import pytest
 from pytest_ralph.model import PRD, Criterion, Story
 from pytest_ralph.prompt import (
     EXCERPT_CHARS,
+    MAX_OTHER_FAILURES,
     PromptContext,
     build_prompt,
     excerpt,
@@ -261,9 +262,10 @@ def test_prompt_stays_bounded_with_many_huge_failures(template: str, per_story: 
     # The first failing criterion of the chosen story gets a full excerpt, head and tail.
     assert "HEAD US-000::AC1\n" in prompt
     assert "TAIL US-000::AC1" in prompt
-    # Every failing criterion is still named.
-    for key in failing:
-        assert f"[{key}]" in prompt
+    # Every failing criterion is named, or counted in "... and N more".
+    named = sum(f"[{key}]" in prompt for key in failing)
+    more = re.search(r"- \.\.\. and (\d+) more", prompt)
+    assert named + (int(more.group(1)) if more else 0) == len(failing)
 
 
 def test_failures_beyond_the_prompt_budget_are_listed_without_output() -> None:
@@ -296,3 +298,13 @@ def test_check_phase_errors_follow_the_failing_criteria() -> None:
     assert failing.index("crit failure") < failing.index("[check phase]")
     assert failing.rstrip().endswith("END")
     assert len(failing) < 5000
+
+
+def test_other_failures_are_capped_and_one_line_each() -> None:
+    stories = [_story(f"US-{i:03d}", (f"line one\nline two {i}", "true")) for i in range(40)]
+    prd = _prd(*stories)
+    results = _results(prd, {f"US-{i:03d}::AC1": "boom" for i in range(40)})
+    prompt = build_prompt("$failing", _ctx(prd, results))
+    assert prompt.count("\n- [US-") == MAX_OTHER_FAILURES
+    assert "- ... and 9 more" in prompt
+    assert "line one line two 5" in prompt
