@@ -70,6 +70,9 @@ class RunCheck:
 
     def run(self) -> CheckResult:
         """Run the command; a non-zero exit, a timeout or a missing ``cwd`` is a failure."""
+        if self.cwd.exists() and not self.cwd.is_dir():
+            return CheckResult(False, f"working directory {self.cwd} is a file (expected a "
+                                      f"folder): `{self.command}` not run")
         if not self.cwd.is_dir():
             return CheckResult(False, f"working directory {self.cwd} does not exist (expected an "
                                       f"existing folder): `{self.command}` not run")

@@ -204,11 +204,13 @@ class Loop:
             known = [st.id for st in prd.stories]
             unknown = [sid for sid in s.story if sid not in known]
             if unknown and len(unknown) == len(s.story):
-                raise NoCriteria(f"--ralph-story {' '.join(unknown)} selects no story of "
-                                 f"{prd.path} (its stories: {', '.join(known)})")
+                raise NoCriteria(f"story {' '.join(unknown)} (from {s.sources.get('story')}) "
+                                 f"selects no story of {prd.path} (its stories: "
+                                 f"{', '.join(known)})")
             if unknown:
-                raise LoopUsageError(f"--ralph-story: no story {', '.join(unknown)} in {prd.path} "
-                                     f"(its stories: {', '.join(known)})")
+                raise LoopUsageError(f"no story {', '.join(unknown)} (from "
+                                     f"{s.sources.get('story')}) in {prd.path} (its stories: "
+                                     f"{', '.join(known)})")
         if not s.agent:
             raise LoopUsageError("no agent configured: pass --ralph-agent CMD, or set ini "
                                  "ralph_agent or the environment variable PYTEST_RALPH_AGENT")
@@ -417,6 +419,10 @@ class Loop:
     def _finish(self, run: RunRecord, state: StateDir) -> None:
         run.finished = _now()
         self._save(run)
+        with contextlib.suppress(OSError):
+            state.append_progress(f"## {run.finished.strftime('%Y-%m-%dT%H:%M:%SZ')} run "
+                                  f"{run.run_dir.id} ended: {run.status} (exit {run.exit_code}): "
+                                  f"{run.reason}\n")
         path = write_report(run, state.report_path(run.prd.topic, run.started.date()))
         n = len(run.iterations) - 1
         self._print(f"pytest-ralph: {run.status} (exit {run.exit_code}) after {max(n, 0)} "
@@ -484,7 +490,8 @@ class Loop:
                 lines.append(f"why {c.key}: {why(c.message)}")
             for e in r.errors[:3]:
                 lines.append(f"why <check>: {why(e)}")
-        lines.append(f"streak: {rec.streak}/{self.settings.breaker}")
+        lines.append(f"streak: {rec.streak}/{self.settings.breaker}; agent-error streak: "
+                     f"{rec.error_streak}/{self.settings.agent_errors}")
         return "\n".join(lines) + "\n"
 
     def _save(self, run: RunRecord) -> None:

@@ -9,6 +9,7 @@ full state a human needs to take over.
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,7 +65,7 @@ def render_report(run: RunRecord) -> str:
             if run.exit_code is not None else ""),
         f"- Stop reason: {run.reason}",
         f"- PRD: `{run.prd.path}` ({run.prd.format})",
-        f"- Agent: `{' '.join(run.argv)}`",
+        f"- Agent: `{shlex.join(run.argv)}`",
         f"- Iterations: {n_iter} of at most {s.max_iterations}; breaker after {s.breaker} "
         f"identical failures",
         f"- Criteria: {len(last.passing)}/{total} passing"
@@ -112,7 +113,8 @@ def render_report(run: RunRecord) -> str:
         out += ["## Failing criteria (last check)", ""]
         for c in last.failing:
             fp = fingerprint([(c.key, c.message)])
-            out += [f"### {c.key}: {c.text}", "", f"- node id: `{c.nodeid}`",
+            heading = _cell(clean(" ".join(c.text.split())))
+            out += [f"### {c.key}: {heading}", "", f"- node id: `{c.nodeid or '-'}`",
                     f"- fingerprint: `{fp}`", "", *_block(excerpt(c.message, 2000)), ""]
         for e in last.errors:
             out += ["### Check phase error", "", *_block(excerpt(e, 2000)), ""]
@@ -122,15 +124,19 @@ def render_report(run: RunRecord) -> str:
                 "check verified them (map them to commands, or use --ralph-strict).", ""]
         out += [f"- {c.key}: {c.text}" for c in claimed]
         out.append("")
-    if run.status == "breaker" and run.iterations:
+    if run.status in ("breaker", "agent-error") and run.iterations:
         out += _escalation(run)
     return "\n".join(out)
 
 
 def _escalation(run: RunRecord) -> list[str]:
-    out = ["## Escalation", "",
-           "The circuit breaker stopped the loop: the agent produced the same failures "
-           f"{run.last.streak} times in a row. A human needs to look at this. Full state:", ""]
+    if run.status == "breaker":
+        why = (f"The circuit breaker stopped the loop: the agent produced the same failures "
+               f"{run.last.streak} times in a row.")
+    else:
+        why = (f"The agent did not run properly {run.last.error_streak} times in a row (see the "
+               "end of its log below).")
+    out = ["## Escalation", "", f"{why} A human needs to look at this. Full state:", ""]
     last_agent = next((it for it in reversed(run.iterations) if it.agent is not None), None)
     if last_agent is not None and last_agent.agent is not None:
         out += [f"- Last prompt: `{last_agent.folder / 'prompt.md'}`",

@@ -201,7 +201,8 @@ def test_story_filter_matching_nothing_is_exit_5(pytester: pytest.Pytester,
     result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass",
                                            "--ralph-story", "US-404")
     assert result.ret == 5
-    result.stderr.fnmatch_lines(["*--ralph-story US-404 selects no story*US-001, US-002*"])
+    result.stderr.fnmatch_lines(["*story US-404 (from --ralph-story) selects no story*US-001, "
+                                 "US-002*"])
 
 
 def test_story_filter_limits_the_loop(pytester: pytest.Pytester, three_files_prd: Path,
@@ -401,7 +402,8 @@ def test_state_folder_progress_and_iteration_folders(
         "agent.log", "check.json", "check.log", "prompt.md"]
     assert "agent: created a.txt" in (run / "iteration-002" / "agent.log").read_text()
     progress = (state / "progress.txt").read_text()
-    assert progress.count("## ") == 3
+    assert progress.count("## ") == 4  # three iterations and the end of the run
+    assert "ended: complete (exit 0): every criterion passes (3/3)" in progress
     assert "why US-001::AC1: exit status 1, expected exit status 0: `test -f a.txt`" in progress
     assert (state / ".gitignore").read_text().strip().endswith("*")
     assert list((state / "reports").glob("ralph-demo-*.md"))

@@ -93,7 +93,7 @@ def test_header(tmp_path: Path) -> None:
     assert "- Outcome: **breaker** (exit 6: circuit breaker tripped)" in text
     assert "- Stop reason: circuit breaker: the same failure in 3 iterations in a row" in text
     assert f"- PRD: `{tmp_path / 'prd.json'}` (json)" in text
-    assert "- Agent: `claude -p {prompt_file}`" in text
+    assert "- Agent: `claude -p '{prompt_file}'`" in text
     assert "- Iterations: 3 of at most 5; breaker after 3 identical failures" in text
     assert "- Criteria: 2/4 passing, 1 of them claimed, not verified" in text
     assert ("- Run: `20260304-050607-abcdef`, started 2026-03-04T05:06:07+00:00, "
@@ -207,9 +207,9 @@ def test_escalation_for_the_breaker(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("status", "code"), [
-    ("complete", 0), ("limit", 1), ("interrupted", 2), ("agent-error", 7), ("crashed", 3),
+    ("complete", 0), ("limit", 1), ("interrupted", 2), ("crashed", 3),
 ])
-def test_no_escalation_unless_breaker(tmp_path: Path, status: str, code: int) -> None:
+def test_no_escalation_unless_breaker_or_agent_error(tmp_path: Path, status: str, code: int) -> None:
     text = render_report(_run(tmp_path, status, code))
     assert "Escalation" not in text
     assert "LAST AGENT WORDS" not in text
@@ -253,3 +253,11 @@ def test_agent_output_cannot_break_out_of_its_code_block() -> None:
     assert "\x1b" not in lines[1] and "\x07" not in lines[1]
     assert "# injected heading" in lines[1] and "red" in lines[1]
     assert clean("a\tb\nc\x00d") == "a\tb\ncd"
+
+
+def test_agent_error_escalates_with_the_agent_log(tmp_path: Path) -> None:
+    run = _run(tmp_path, "agent-error", 7)
+    run.last.error_streak = 3
+    text = render_report(run)
+    assert "The agent did not run properly 3 times in a row" in text
+    assert "LAST AGENT WORDS" in text
