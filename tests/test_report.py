@@ -209,7 +209,8 @@ def test_escalation_for_the_breaker(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("status", "code"), [
     ("complete", 0), ("limit", 1), ("interrupted", 2), ("crashed", 3),
 ])
-def test_no_escalation_unless_breaker_or_agent_error(tmp_path: Path, status: str, code: int) -> None:
+def test_no_escalation_unless_breaker_or_agent_error(tmp_path: Path, status: str,
+                                                    code: int) -> None:
     text = render_report(_run(tmp_path, status, code))
     assert "Escalation" not in text
     assert "LAST AGENT WORDS" not in text
