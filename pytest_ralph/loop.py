@@ -24,10 +24,17 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from .agent import AgentCommandError, AgentRun, resolve_executable, run_agent, split_command
+from .agent import (
+    AgentCommandError,
+    AgentRun,
+    render_argv,
+    resolve_executable,
+    run_agent,
+    split_command,
+)
 from .checkrun import CheckPhaseConfig, run_check_phase
 from .model import PRD, Story
-from .prd import PRDError, load_prd
+from .prd import PRD_FILE_NAMES, PRD_SEARCH_DIRS, PRDError, discover_prd, load_prd
 from .prompt import PROGRESS_CHARS, PromptContext, build_prompt, pick_story, template_path
 from .report import clean, write_report
 from .results import CheckResults, CriterionResult
@@ -185,8 +192,6 @@ class Loop:
         s = self.settings
         path = s.prd
         if path is None:
-            from .prd import PRD_FILE_NAMES, PRD_SEARCH_DIRS, discover_prd
-
             path = discover_prd(self.rootdir)
             if path is None:
                 raise NoCriteria(
@@ -269,8 +274,6 @@ class Loop:
         ctx = PromptContext(prd, fake, 1, self.settings.max_iterations, self.rootdir,
                             StateDir(self.settings.dir).read_progress_tail(PROGRESS_CHARS))
         prompt = build_prompt(self._template(), ctx)
-        from .agent import render_argv
-
         note = (f"\n{self._selection()} is applied by the baseline check, which a dry run does "
                 "not run: the prompt below covers every criterion of the selected stories."
                 if self._selection() else "")
