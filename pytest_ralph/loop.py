@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -443,6 +444,7 @@ class Loop:
             self.out.flush()
         except (BrokenPipeError, ValueError, OSError):
             self._out_broken = True
+            _silence(self.out)
 
     def _print_baseline(self, run: RunRecord) -> None:
         r = run.last.results
@@ -514,6 +516,15 @@ class Loop:
                     "exit_code": it.agent.exit_code, "duration": round(it.agent.duration, 3)},
             } for it in run.iterations],
         })
+
+
+def _silence(stream: TextIO) -> None:
+    """Point a broken stream's file descriptor at the null device, so that what is still
+    buffered (and pytest's own last flush) does not fail again."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
 
 
 def plural(n: int, singular: str, many: str | None = None) -> str:
