@@ -519,12 +519,14 @@ class Loop:
 
 
 def _silence(stream: TextIO) -> None:
-    """Point a broken stream's file descriptor at the null device, so that what is still
-    buffered (and pytest's own last flush) does not fail again."""
+    """Drain a broken stream into the null device: point its file descriptor there and
+    flush what is still buffered, so that pytest's own last flush (after its capture has
+    put the original descriptor back) has nothing left to write."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, stream.fileno())
         os.close(devnull)
+        stream.flush()
 
 
 def plural(n: int, singular: str, many: str | None = None) -> str:

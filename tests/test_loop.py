@@ -628,7 +628,9 @@ def test_a_closed_stdout_does_not_stop_the_loop(pytester: pytest.Pytester,
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "--ralph", "--ralph-agent",
          agent("agent.py", FIRST_FAILURE_AGENT)],
-        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        # Block-buffered stdout, as when piped into `head` by a user.
+        env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"})
     assert proc.stdout is not None
     proc.stdout.readline()
     proc.stdout.close()  # like `| head -1`
