@@ -75,10 +75,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         ini_help = f"pytest-ralph: {spec.help} (env {spec.env})"
         if spec.kind == "list":
             parser.addini(spec.ini, ini_help, type="args")
-        else:
-            parser.addini(spec.ini, ini_help, type="string")
+        else:  # unset is None; settings.resolve() then falls back to the default
+            parser.addini(spec.ini, ini_help, type=_ini_type(spec.kind), default=None)
     parser.addini("ralph_prd_files", "pytest-ralph: file name patterns collected as PRDs.",
                   type="args", default=list(PRD_FILE_NAMES))
+
+
+def _ini_type(kind: str) -> Any:
+    """The ``addini`` type: strings, which :mod:`pytest_ralph.settings` validates with messages
+    that name the source; on pytest >= 9.2 also the native TOML type of ``[tool.pytest]``
+    (``ralph_max_iterations = 8``, ``ralph_strict = true``)."""
+    if pytest.version_tuple < (9, 2):
+        return "string"
+    native: dict[str, Any] = {"int": str | int, "float": str | float | int, "bool": str | bool}
+    return native.get(kind, "string")
 
 
 _METAVARS = {"path": "PATH", "str": "CMD", "int": "N", "float": "SECONDS"}

@@ -254,3 +254,14 @@ def test_a_configured_prd_that_does_not_exist_is_a_usage_error(
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*the PRD */missing/prd.json (from {source}) does not exist*"])
+
+
+@pytest.mark.skipif(pytest.version_tuple < (9, 2), reason="[tool.pytest] native types: 9.2+")
+def test_native_toml_values_in_tool_pytest(pytester: pytest.Pytester, write_prd: Writer) -> None:
+    write_prd(story("US-1", "Typecheck passes", passes=True))
+    pytester.makepyprojecttoml("[tool.pytest]\nralph_strict = true\nralph_check_timeout = 2.5\n"
+                               "ralph_max_iterations = 7\n")
+    result = pytester.runpytest()
+    assert result.ret == 1  # strict: the claimed criterion fails
+    result.stdout.fnmatch_lines(["ralph: max_iterations = 7 (*); strict = True (*); "
+                                 "check_timeout = 2.5 (*)"])
