@@ -60,7 +60,7 @@ def test_failing_run_shows_command_exit_code_and_output_tail(pytester: pytest.Py
     assert "line-1\n" not in out  # only the tail is kept
     # Newer pytest versions show the first line of a plain-text failure in the short summary.
     (short,) = [ln for ln in result.outlines if ln.startswith("FAILED prd.json::US-001::AC1")]
-    assert short in ("FAILED prd.json::US-001::AC1", ) or short.startswith(
+    assert short == "FAILED prd.json::US-001::AC1" or short.startswith(
         "FAILED prd.json::US-001::AC1 - exit status 3, expected exit status 0")
 
 
