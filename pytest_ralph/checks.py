@@ -3,6 +3,10 @@
 Kinds in this version:
 
 * ``run`` (alias ``testCommand``): a shell command; passes on exit status 0.
+* ``pytest``: node ids or paths run in a child pytest; passes when they all pass and at
+  least one test ran.
+* ``exists``: a path that must exist; ``file`` (+ ``contains``): a file that must exist
+  (and whose text must match a regular expression).
 * text: a plain-string criterion with no check. It is *claimed*: it passes when its
   story says ``passes: true`` in the PRD at check time, fails otherwise, and is
   reported as "claimed, not verified". In strict mode every claimed criterion fails.
@@ -12,11 +16,15 @@ This module does not import pytest; :class:`pytest_ralph.collect.CriterionItem` 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+from xml.etree import ElementTree
 
 from .model import Criterion, Story
 from .process import read_tail, run_in_group
@@ -120,6 +128,120 @@ class ClaimedCheck:
                                   "expected the story to be done and marked so", claimed=True)
 
 
+@dataclass(frozen=True)
+class PytestCheck:
+    """Tests that must pass: node ids or paths run by a child ``python -m pytest``.
+
+    Passes when pytest exits 0 and at least one test ran and passed; no test selected
+    (exit 5), all tests skipped, a node id that does not exist, failures and errors are
+    failures. The user's ``addopts`` cannot narrow the selection (``-k``/``-m``/``-x`` are
+    reset).
+
+    Attributes:
+        targets: node ids or paths, relative to ``cwd``.
+        cwd: absolute working directory (the rootdir).
+        timeout: seconds before the run's process group is killed.
+    """
+
+    targets: tuple[str, ...]
+    cwd: Path
+    timeout: float
+
+    def run(self) -> CheckResult:
+        """Run the tests and read their JUnit XML."""
+        shown = " ".join(self.targets)
+        expected = "all selected tests pass and at least one runs"
+        env = dict(os.environ)
+        env.pop("PYTEST_RALPH_CHILD", None)
+        with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryFile() as out:
+            xml = Path(tmp) / "junit.xml"
+            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    f"--junitxml={xml}", "-k", "", "-m", "", "--maxfail=0", "--", *self.targets]
+            finished = run_in_group(argv, cwd=self.cwd, output=out, timeout=self.timeout, env=env)
+            tail = read_tail(out, OUTPUT_TAIL_BYTES).rstrip()
+            counts = _junit_counts(xml)
+        code = finished.returncode
+        ran = counts["tests"] - counts["skipped"]
+        passed = ran - counts["failures"] - counts["errors"]
+        if finished.timed_out:
+            found = f"no exit within the timeout of {self.timeout:g} s (process group killed)"
+        elif code == 0 and passed >= 1:
+            return CheckResult(True)
+        elif code in (2, 3, 4):
+            what = {2: "interrupted or collection errors", 3: "internal error",
+                    4: "usage error, e.g. a node id that does not exist"}[code]
+            found = f"pytest exit {code} ({what})"
+        elif code == 5 or counts["tests"] == 0:
+            found = f"no test ran (pytest exit {code}: nothing selected or collected)"
+        elif code == 0:
+            n = counts["tests"]
+            found = "the selected test was skipped" if n == 1 else f"all {n} selected tests " \
+                                                                   "were skipped"
+        else:
+            parts = [f"{counts['failures']} failed"]
+            if counts["errors"]:
+                parts.append(f"{counts['errors']} errors")
+            parts.append(f"{passed} passed")
+            found = f"{', '.join(parts)} (pytest exit {code})"
+        text = f"{found}; expected {expected}: `pytest {shown}`"
+        text += f"\noutput (last lines):\n{tail}" if tail else ""
+        return CheckResult(False, text)
+
+
+def _junit_counts(path: Path) -> dict[str, int]:
+    """Totals of tests, failures, errors and skipped over every ``testsuite`` of a JUnit
+    XML file (all zero when the file is missing or unreadable)."""
+    counts = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
+    try:
+        root = ElementTree.parse(path).getroot()
+    except (OSError, ElementTree.ParseError):
+        return counts
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    for suite in suites:
+        for key in counts:
+            with contextlib.suppress(ValueError):
+                counts[key] += int(suite.get(key, "0"))
+    return counts
+
+
+@dataclass(frozen=True)
+class PathCheck:
+    """A path that must exist, or a file whose text must match a regular expression.
+
+    Attributes:
+        path: absolute path.
+        shown: the path as the PRD wrote it (for messages).
+        file: require a regular file (a ``file`` criterion), not just any path.
+        contains: a regular expression (Python syntax, ``re.MULTILINE``) the file's text
+            must match, or ``None``.
+    """
+
+    path: Path
+    shown: str
+    file: bool = False
+    contains: str | None = None
+
+    def run(self) -> CheckResult:
+        """Look at the path now."""
+        what = "a file" if self.file else "a file or folder"
+        if not self.path.exists():
+            return CheckResult(False, f"nothing at `{self.shown}`; expected {what} there")
+        if self.file and not self.path.is_file():
+            return CheckResult(False, f"`{self.shown}` is a folder; expected a file")
+        if self.contains is None:
+            return CheckResult(True)
+        try:
+            text = self.path.read_text("utf-8", errors="replace")
+        except OSError as exc:
+            return CheckResult(False, f"cannot read `{self.shown}`: {exc.strerror}; expected "
+                                      f"its text to match /{self.contains}/")
+        if re.search(self.contains, text, re.MULTILINE):
+            return CheckResult(True)
+        lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+        return CheckResult(False, f"no match for /{self.contains}/ in `{self.shown}` "
+                                  f"({lines} lines); expected the text to match it")
+
+
 def make_check(criterion: Criterion, story: Story, *, rootdir: Path, strict: bool = False,
                default_timeout: float = DEFAULT_CHECK_TIMEOUT) -> Check:
     """The check for ``criterion`` of ``story``.
@@ -131,8 +253,17 @@ def make_check(criterion: Criterion, story: Story, *, rootdir: Path, strict: boo
         strict: make text criteria fail instead of passing on the claim.
         default_timeout: seconds for ``run`` criteria without their own ``timeout``.
     """
+    spec = criterion.spec
     if criterion.kind == "run":
         assert criterion.command is not None
         cwd = (rootdir / criterion.cwd) if criterion.cwd else rootdir
         return RunCheck(criterion.command, cwd.absolute(), criterion.timeout or default_timeout)
+    if criterion.kind == "pytest":
+        targets = spec["pytest"] if isinstance(spec["pytest"], list) else [spec["pytest"]]
+        return PytestCheck(tuple(targets), rootdir.absolute(),
+                           criterion.timeout or default_timeout)
+    if criterion.kind in ("exists", "file"):
+        shown = str(spec[criterion.kind])
+        return PathCheck((rootdir / shown).absolute(), shown, file=criterion.kind == "file",
+                         contains=spec.get("contains"))
     return ClaimedCheck(story.passes, strict)

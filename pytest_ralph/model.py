@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 #: Criterion kinds known to this version. ``"text"`` is a plain-string criterion.
-CRITERION_KINDS = ("run", "text")
+CRITERION_KINDS = ("run", "pytest", "exists", "file", "text")
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,9 @@ class Criterion:
         id: ``AC<index>``, or the criterion's explicit ``id`` when it has one.
         text: the headline shown in reports: the string itself for a text
             criterion, ``text`` (or the command) for a check object.
-        kind: ``"run"`` (shell command, passes on exit 0) or ``"text"``.
+        kind: ``"run"`` (shell command, passes on exit 0), ``"pytest"`` (node ids or paths),
+            ``"exists"`` (a path), ``"file"`` (a file, optionally ``contains`` a regex) or
+            ``"text"`` (no check: claimed).
         command: the shell command of a ``run`` criterion, else ``None``.
         timeout: seconds a ``run`` command may take, or ``None`` for the default.
         cwd: working directory of a ``run`` command, relative to the rootdir.
@@ -35,6 +38,8 @@ class Criterion:
         line: 1-based line of the criterion in the file, when known.
         synthesized: ``True`` when the PRD had no criteria for the story and
             the story's title stands in for one.
+        spec: the check object's fields other than ``id`` and ``text`` (``{}`` for text):
+            e.g. ``{"pytest": ["tests/test_a.py"]}`` or ``{"file": "x", "contains": "re"}``.
     """
 
     story_id: str
@@ -48,6 +53,7 @@ class Criterion:
     json_path: str = ""
     line: int | None = None
     synthesized: bool = False
+    spec: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def key(self) -> str:

@@ -433,7 +433,12 @@ _TYPE_NAMES = {"object": "an object", "array": "an array", "string": "a string",
                "integer": "an integer", "number": "a number", "boolean": "true or false",
                "null": "null"}
 
-_CHECK_KEYS = ("run", "testCommand")
+#: Check key -> (criterion kind, index of its branch in the schema's criterion ``anyOf``).
+CHECK_KEYS: dict[str, tuple[str, int]] = {
+    "run": ("run", 1), "testCommand": ("run", 1), "pytest": ("pytest", 2),
+    "exists": ("exists", 3), "file": ("file", 4),
+}
+_CHECK_KEYS = tuple(CHECK_KEYS)
 
 
 def _schema_problems(data: Any, positions: _Positions) -> list[Problem]:
@@ -475,7 +480,11 @@ def _problem(err: jsonschema.ValidationError, positions: _Positions) -> Problem:
     elif kind in ("minimum", "maximum", "exclusiveMinimum"):
         bound = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">"}[str(kind)]
         msg = f"expected a number {bound} {value}; found {inst!r}"
-    elif kind == "oneOf" and isinstance(inst, dict) and all(k in inst for k in _CHECK_KEYS):
+    elif kind == "anyOf" and list(err.absolute_path)[-1:] == ["pytest"]:
+        msg = ("expected a node id or path (a non-empty string), or a non-empty list of them; "
+               f"found {_describe(inst)}")
+        hint = 'e.g. "tests/test_login.py::test_ok"'
+    elif kind == "oneOf" and isinstance(inst, dict) and "run" in inst and "testCommand" in inst:
         msg = "a criterion has both 'run' and 'testCommand' (aliases); expected one of them"
         hint = "keep 'run'"
     else:
@@ -488,10 +497,12 @@ def _criterion_problems(err: jsonschema.ValidationError, positions: _Positions) 
     line, col = positions.at(jp)
     inst = err.instance
     known = ", ".join(repr(k) for k in _CHECK_KEYS)
-    if isinstance(inst, dict) and any(k in inst for k in _CHECK_KEYS):
-        # A check object with bad fields: report every error of the object branch, each
+    present = [k for k in _CHECK_KEYS if isinstance(inst, dict) and k in inst]
+    if present:
+        # A check object with bad fields: report every error of its kind's branch, each
         # at the field it is about.
-        sub = [e for e in err.context or [] if e.relative_schema_path[0] == 1]
+        branch = CHECK_KEYS[present[0]][1]
+        sub = [e for e in err.context or [] if e.relative_schema_path[0] == branch]
         if sub:
             return [_problem(e, positions) for e in sub]
     if isinstance(inst, dict):
@@ -503,6 +514,28 @@ def _criterion_problems(err: jsonschema.ValidationError, positions: _Positions) 
                f"({known}); found {_describe(inst)}")
         hint = "quote it as text" if isinstance(inst, (int, float)) else ""
     return [Problem(jp, msg, line, col, hint)]
+
+
+def _check_field_problems(c: dict[str, Any], cp: str, positions: _Positions) -> list[Problem]:
+    """Problems the schema cannot see in one check object: several check kinds at once
+    (``run`` and ``testCommand`` are one kind), a ``contains`` that is not a regex."""
+    problems = []
+    kinds = sorted({CHECK_KEYS[k][0] for k in c if k in CHECK_KEYS})
+    if len(kinds) > 1:
+        keys = ", ".join(repr(k) for k in c if k in CHECK_KEYS)
+        problems.append(Problem(cp, f"a criterion has several check kinds ({keys}); expected "
+                                "exactly one", *positions.at(cp),
+                                hint="split it into one criterion per check"))
+    pattern = c.get("contains")
+    if "file" in c and isinstance(pattern, str):
+        try:
+            re.compile(pattern, re.MULTILINE)
+        except re.error as exc:
+            problems.append(Problem(f"{cp}.contains", f"expected a regular expression; found "
+                                    f"{json.dumps(pattern)}, which does not compile: {exc}",
+                                    *positions.at(f"{cp}.contains"),
+                                    hint="escape special characters with a backslash"))
+    return problems
 
 
 def _duplicate_id_problems(data: Any, positions: _Positions) -> list[Problem]:
@@ -529,6 +562,8 @@ def _duplicate_id_problems(data: Any, positions: _Positions) -> list[Problem]:
             continue
         seen: dict[str, str] = {}
         for i, c in enumerate(criteria):
+            if isinstance(c, dict):
+                problems += _check_field_problems(c, f"{sp}.acceptanceCriteria[{i}]", positions)
             explicit = c.get("id") if isinstance(c, dict) else None
             cid = explicit if isinstance(explicit, str) and explicit else f"AC{i + 1}"
             cp = f"{sp}.acceptanceCriteria[{i}]"
@@ -556,6 +591,18 @@ def _build(path: Path, fmt: str, data: dict[str, Any], positions: _Positions) ->
     )
 
 
+def _default_text(kind: str, c: dict[str, Any]) -> str:
+    """The headline of a check object that has no ``text``."""
+    if kind == "run":
+        return str(c.get("run", c.get("testCommand")))
+    if kind == "pytest":
+        targets = c["pytest"] if isinstance(c["pytest"], list) else [c["pytest"]]
+        return "pytest " + " ".join(targets)
+    if kind == "exists":
+        return f"{c['exists']} exists"
+    return f"{c['file']} contains /{c['contains']}/" if "contains" in c else f"{c['file']} exists"
+
+
 def _build_stories(raw: list[dict[str, Any]], positions: _Positions) -> Iterator[Story]:
     for pos, s in enumerate(raw):
         sp = f"$.userStories[{pos}]"
@@ -566,13 +613,16 @@ def _build_stories(raw: list[dict[str, Any]], positions: _Positions) -> Iterator
             line = positions.at(cp)[0]
             if isinstance(c, str):
                 criteria.append(Criterion(sid, i, f"AC{i}", c, "text", json_path=cp, line=line))
-            else:
-                command = c.get("run", c.get("testCommand"))
-                timeout = c.get("timeout")
-                criteria.append(Criterion(
-                    sid, i, c.get("id") or f"AC{i}", c.get("text") or command, "run",
-                    command=command, timeout=float(timeout) if timeout is not None else None,
-                    cwd=c.get("cwd"), json_path=cp, line=line))
+                continue
+            key = next(k for k in _CHECK_KEYS if k in c)
+            kind = CHECK_KEYS[key][0]
+            timeout = c.get("timeout")
+            command = c.get("run", c.get("testCommand"))
+            criteria.append(Criterion(
+                sid, i, c.get("id") or f"AC{i}", c.get("text") or _default_text(kind, c), kind,
+                command=command, timeout=float(timeout) if timeout is not None else None,
+                cwd=c.get("cwd"), json_path=cp, line=line,
+                spec={k: v for k, v in c.items() if k not in ("id", "text")}))
         if not criteria:
             criteria.append(Criterion(sid, 1, "AC1", s["title"], "text", json_path=f"{sp}.title",
                                       line=positions.at(f"{sp}.title")[0], synthesized=True))

@@ -105,6 +105,15 @@ class PromptContext:
 def _check_line(c: Criterion | None, r: CriterionResult) -> str:
     if c is not None and c.kind == "run":
         return f"check: run `{c.command}`"
+    if c is not None and c.kind == "pytest":
+        targets = c.spec["pytest"] if isinstance(c.spec["pytest"], list) else [c.spec["pytest"]]
+        return f"check: these tests must run and pass: `pytest {' '.join(targets)}`"
+    if c is not None and c.kind == "exists":
+        return f"check: `{c.spec['exists']}` must exist"
+    if c is not None and c.kind == "file":
+        contains = c.spec.get("contains")
+        return f"check: file `{c.spec['file']}` must exist" + (
+            f" and match /{contains}/" if contains else "")
     if r.claimed or (c is not None and c.kind == "text"):
         return "check: none (text criterion, claimed by the story's `passes`)"
     return f"check: {r.kind}"

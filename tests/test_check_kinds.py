@@ -1,0 +1,98 @@
+"""Check kinds `pytest`, `exists` and `file` (+ `contains`): pass, fail, bad fields."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from .conftest import story
+
+Writer = Callable[..., Path]
+
+LINKED_TESTS = """
+import pytest
+def test_ok(): pass
+def test_bad(): assert 1 == 2
+@pytest.mark.skip
+def test_skip(): pass
+"""
+
+# (criterion, passes?, text expected in the failure)
+CASES: list[tuple[dict[str, object], bool, str]] = [
+    ({"pytest": "tests/test_a.py::test_ok"}, True, ""),
+    ({"pytest": ["tests/test_a.py::test_ok", "tests/test_a.py::test_bad"]}, False,
+     "1 failed, 1 passed (pytest exit 1); expected all selected tests pass and at least one "
+     "runs"),
+    ({"pytest": "tests/test_a.py::test_skip"}, False, "the selected test was skipped"),
+    ({"pytest": "tests/test_a.py::test_gone"}, False, "pytest exit 4 (usage error"),
+    ({"pytest": "tests/test_a.py", "text": "k in addopts cannot narrow it"}, False, "1 failed"),
+    ({"exists": "tests"}, True, ""),
+    ({"exists": "missing.txt"}, False, "nothing at `missing.txt`; expected a file or folder"),
+    ({"file": "notes.md", "contains": "^version: \\d+\\.\\d+$"}, True, ""),
+    ({"file": "notes.md", "contains": "^version: 2"}, False,
+     "no match for /^version: 2/ in `notes.md` (2 lines)"),
+    ({"file": "tests"}, False, "`tests` is a folder; expected a file"),
+]
+
+
+@pytest.fixture
+def kinds_project(pytester: pytest.Pytester, write_prd: Writer) -> Path:
+    pytester.mkdir("tests")
+    (pytester.path / "tests" / "test_a.py").write_text(LINKED_TESTS)
+    (pytester.path / "notes.md").write_text("# Notes\nversion: 1.2\n")
+    # addopts that would hide failures or select nothing must not change a `pytest` check.
+    pytester.makeini("[pytest]\naddopts = -k test_ok -x\n")
+    return write_prd(story("US-1", *[c for c, _, _ in CASES]))
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2", "-p", "xdist"]])
+def test_each_kind_passes_and_fails_as_it_should(pytester: pytest.Pytester, kinds_project: Path,
+                                                 workers: list[str]) -> None:
+    # The gate itself is the user's run: undo the -x of addopts for it.
+    result = pytester.runpytest_subprocess("prd.json", "-rA", "-k", "", "--maxfail=0", *workers)
+    out = result.stdout.str()
+    for i, (criterion, passes, message) in enumerate(CASES, start=1):
+        nodeid = f"prd.json::US-1::AC{i}"
+        assert f"{'PASSED' if passes else 'FAILED'} {nodeid}" in out, (criterion, out)
+        if message:
+            assert message in out, (criterion, message)
+    result.assert_outcomes(passed=sum(p for _, p, _ in CASES),
+                           failed=sum(not p for _, p, _ in CASES))
+
+
+@pytest.mark.parametrize(("criterion", "expected"), [
+    ({"pytest": []}, "$.userStories[0].acceptanceCriteria[0].pytest: expected"),
+    ({"pytest": 3}, "$.userStories[0].acceptanceCriteria[0].pytest: expected"),
+    ({"exists": ""}, "$.userStories[0].acceptanceCriteria[0].exists: expected a non-empty "
+                     "string"),
+    ({"file": "a.txt", "contains": "("}, "$.userStories[0].acceptanceCriteria[0].contains: "
+                                         "expected a regular expression"),
+    ({"run": "true", "pytest": "tests"}, "a criterion has several check kinds ('run', "
+                                         "'pytest'); expected exactly one"),
+    ({"pytest": "tests", "timeout": "soon"}, "$.userStories[0].acceptanceCriteria[0].timeout: "
+                                             "expected a number"),
+])
+def test_bad_fields_are_precise_collection_errors(pytester: pytest.Pytester,
+                                                  criterion: dict[str, object],
+                                                  expected: str) -> None:
+    (pytester.path / "prd.json").write_text(json.dumps(
+        {"userStories": [{"id": "US-1", "title": "t", "acceptanceCriteria": [criterion]}]},
+        indent=1))
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    out = result.stdout.str()
+    assert expected in out, out
+    assert "Traceback" not in out
+
+
+def test_the_prompt_names_each_kind_of_check(pytester: pytest.Pytester,
+                                             kinds_project: Path) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-dry-run", "--ralph-agent", "true")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines_random([
+        "  check: these tests must run and pass: `pytest tests/test_a.py::test_ok`",
+        "  check: `missing.txt` must exist",
+        "  check: file `notes.md` must exist and match /^version: 2/"])
