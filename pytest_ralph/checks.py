@@ -7,6 +7,9 @@ Kinds in this version:
   least one test ran.
 * ``exists``: a path that must exist; ``file`` (+ ``contains``): a file that must exist
   (and whose text must match a regular expression).
+* ``sql`` + ``db`` + ``expect``: a query on a SQLite database opened read-only.
+* ``schema`` + ``instance``: a JSON or YAML file valid against a JSON Schema.
+* ``python``: ``module:function``, passes unless it raises or returns False.
 * text: a plain-string criterion with no check. It is *claimed*: it passes when its
   story says ``passes: true`` in the PRD at check time, fails otherwise, and is
   reported as "claimed, not verified". In strict mode every claimed criterion fails.
@@ -17,14 +20,22 @@ This module does not import pytest; :class:`pytest_ralph.collect.CriterionItem` 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import json
 import os
 import re
+import sqlite3
 import sys
 import tempfile
+import traceback
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from xml.etree import ElementTree
+
+import jsonschema
+import yaml
 
 from .model import Criterion, Story
 from .process import read_tail, run_in_group
@@ -242,6 +253,142 @@ class PathCheck:
                                   f"({lines} lines); expected the text to match it")
 
 
+@dataclass(frozen=True)
+class SqlCheck:
+    """A query on a SQLite database, opened read-only, whose result must equal ``expect``.
+
+    ``expect`` is compared with the single value of a one-row, one-column result when it is
+    a scalar (number, string, boolean, null), and with the list of rows (each a list of
+    values) when it is a list.
+
+    Attributes:
+        sql: the query.
+        db: absolute path of the database file.
+        shown: the database path as the PRD wrote it.
+        expect: the expected result (JSON value).
+    """
+
+    sql: str
+    db: Path
+    shown: str
+    expect: Any
+
+    def run(self) -> CheckResult:
+        """Run the query (read-only) and compare."""
+        where = f"`{self.sql}` on `{self.shown}`"
+        if not self.db.is_file():
+            return CheckResult(False, f"no database at `{self.shown}`; expected a SQLite file "
+                                      f"for {where}")
+        try:
+            uri = "file:" + urllib.request.pathname2url(str(self.db)) + "?mode=ro"
+            with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=10)) as conn:
+                rows = [list(r) for r in conn.execute(self.sql).fetchall()]
+        except sqlite3.Error as exc:
+            return CheckResult(False, f"{where} failed: {exc}; expected a result equal to "
+                                      f"{json.dumps(self.expect)}")
+        if isinstance(self.expect, list):
+            found: Any = rows
+            if rows and all(len(r) == 1 for r in rows) and not any(
+                    isinstance(e, list) for e in self.expect):
+                found = [r[0] for r in rows]  # a list of scalars: compare one column
+        elif len(rows) == 1 and len(rows[0]) == 1:
+            found = rows[0][0]
+        else:
+            found = rows
+        if found == self.expect:  # SQLite has no booleans: true == 1, as in SQL
+            return CheckResult(True)
+        return CheckResult(False, f"{where} gave {json.dumps(found, default=str)}; expected "
+                                  f"{json.dumps(self.expect)}")
+
+
+@dataclass(frozen=True)
+class SchemaCheck:
+    """A JSON or YAML file (``instance``) that must be valid against a JSON Schema file.
+
+    Attributes:
+        schema: absolute path of the schema (JSON or YAML).
+        instance: absolute path of the file checked.
+        shown: (schema, instance) as the PRD wrote them.
+    """
+
+    schema: Path
+    instance: Path
+    shown: tuple[str, str]
+
+    def run(self) -> CheckResult:
+        """Load both files and validate; every error is listed with its JSON path."""
+        schema_shown, instance_shown = self.shown
+        loaded = []
+        for path, shown in ((self.schema, schema_shown), (self.instance, instance_shown)):
+            try:
+                text = path.read_text("utf-8")
+                loaded.append(yaml.safe_load(text) if path.suffix.lower() in (".yaml", ".yml")
+                              else json.loads(text))
+            except (OSError, ValueError, yaml.YAMLError) as exc:
+                return CheckResult(False, f"cannot load `{shown}`: {exc}; expected a JSON or "
+                                          "YAML file")
+        schema, instance = loaded
+        try:
+            validator_cls = jsonschema.validators.validator_for(schema)
+            validator_cls.check_schema(schema)
+            errors = sorted(validator_cls(schema).iter_errors(instance),
+                            key=lambda e: list(map(str, e.absolute_path)))
+        except jsonschema.SchemaError as exc:
+            return CheckResult(False, f"`{schema_shown}` is not a valid JSON Schema: "
+                                      f"{exc.message}")
+        if not errors:
+            return CheckResult(True)
+        lines = [f"`{instance_shown}` does not match `{schema_shown}`: {len(errors)} "
+                 f"problem{'s' if len(errors) != 1 else ''}; expected none"]
+        for e in errors[:10]:
+            jp = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}"
+                               for p in e.absolute_path)
+            lines.append(f"  {jp}: {e.message}")
+        if len(errors) > 10:
+            lines.append(f"  ... and {len(errors) - 10} more")
+        return CheckResult(False, "\n".join(lines))
+
+
+@dataclass(frozen=True)
+class PythonCheck:
+    """``module:function`` called with no arguments; passes unless it raises or returns False.
+
+    Attributes:
+        target: ``module:function`` (``function`` may be dotted: ``Class.method``).
+        rootdir: put first on ``sys.path`` so that project modules import.
+    """
+
+    target: str
+    rootdir: Path
+
+    def run(self) -> CheckResult:
+        """Import and call the function (in the check's own process)."""
+        module_name, _, attr = self.target.partition(":")
+        root = str(self.rootdir)
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        try:
+            obj: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except Exception as exc:
+            return CheckResult(False, f"cannot import `{self.target}`: {type(exc).__name__}: "
+                                      f"{exc}; expected a function to call")
+        if not callable(obj):
+            return CheckResult(False, f"`{self.target}` is a {type(obj).__name__}; expected a "
+                                      "function")
+        try:
+            value = obj()
+        except Exception as exc:
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])
+            return CheckResult(False, f"`{self.target}()` raised {type(exc).__name__}: {exc}; "
+                                      f"expected it to return without raising\n{tb.rstrip()}")
+        if value is False:
+            return CheckResult(False, f"`{self.target}()` returned False; expected anything "
+                                      "else")
+        return CheckResult(True)
+
+
 def make_check(criterion: Criterion, story: Story, *, rootdir: Path, strict: bool = False,
                default_timeout: float = DEFAULT_CHECK_TIMEOUT) -> Check:
     """The check for ``criterion`` of ``story``.
@@ -266,4 +413,13 @@ def make_check(criterion: Criterion, story: Story, *, rootdir: Path, strict: boo
         shown = str(spec[criterion.kind])
         return PathCheck((rootdir / shown).absolute(), shown, file=criterion.kind == "file",
                          contains=spec.get("contains"))
+    if criterion.kind == "sql":
+        return SqlCheck(spec["sql"], (rootdir / spec["db"]).absolute(), spec["db"],
+                        spec["expect"])
+    if criterion.kind == "schema":
+        return SchemaCheck((rootdir / spec["schema"]).absolute(),
+                           (rootdir / spec["instance"]).absolute(),
+                           (spec["schema"], spec["instance"]))
+    if criterion.kind == "python":
+        return PythonCheck(spec["python"], rootdir.absolute())
     return ClaimedCheck(story.passes, strict)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 #: Criterion kinds known to this version. ``"text"`` is a plain-string criterion.
-CRITERION_KINDS = ("run", "pytest", "exists", "file", "text")
+CRITERION_KINDS = ("run", "pytest", "exists", "file", "sql", "schema", "python", "text")
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,10 @@ class Criterion:
         text: the headline shown in reports: the string itself for a text
             criterion, ``text`` (or the command) for a check object.
         kind: ``"run"`` (shell command, passes on exit 0), ``"pytest"`` (node ids or paths),
-            ``"exists"`` (a path), ``"file"`` (a file, optionally ``contains`` a regex) or
-            ``"text"`` (no check: claimed).
+            ``"exists"`` (a path), ``"file"`` (a file, optionally ``contains`` a regex),
+            ``"sql"`` (a SQLite query and its expected result), ``"schema"`` (a file that
+            must match a JSON Schema), ``"python"`` (``module:function``) or ``"text"`` (no
+            check: claimed).
         command: the shell command of a ``run`` criterion, else ``None``.
         timeout: seconds a ``run`` command may take, or ``None`` for the default.
         cwd: working directory of a ``run`` command, relative to the rootdir.

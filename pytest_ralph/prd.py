@@ -436,7 +436,8 @@ _TYPE_NAMES = {"object": "an object", "array": "an array", "string": "a string",
 #: Check key -> (criterion kind, index of its branch in the schema's criterion ``anyOf``).
 CHECK_KEYS: dict[str, tuple[str, int]] = {
     "run": ("run", 1), "testCommand": ("run", 1), "pytest": ("pytest", 2),
-    "exists": ("exists", 3), "file": ("file", 4),
+    "exists": ("exists", 3), "file": ("file", 4), "sql": ("sql", 5), "schema": ("schema", 6),
+    "python": ("python", 7),
 }
 _CHECK_KEYS = tuple(CHECK_KEYS)
 
@@ -471,6 +472,9 @@ def _problem(err: jsonschema.ValidationError, positions: _Positions) -> Problem:
     elif kind == "required":
         m = re.match(r"^'(.*)' is a required property$", err.message)
         msg = f"missing required key {m.group(1)!r}" if m else err.message
+    elif kind == "pattern" and list(err.absolute_path)[-1:] == ["python"]:
+        msg = f"expected 'module:function'; found {_describe(inst)}"
+        hint = 'e.g. "myapp.checks:login_works"'
     elif kind == "pattern":
         msg = (f"invalid id {json.dumps(inst, ensure_ascii=False)}: an id may not contain "
                "whitespace, control characters, '/', '[', ']' or '::' (it becomes part of a "
@@ -600,6 +604,12 @@ def _default_text(kind: str, c: dict[str, Any]) -> str:
         return "pytest " + " ".join(targets)
     if kind == "exists":
         return f"{c['exists']} exists"
+    if kind == "sql":
+        return f"{c['sql']} on {c['db']} gives {json.dumps(c['expect'])}"
+    if kind == "schema":
+        return f"{c['instance']} matches the schema {c['schema']}"
+    if kind == "python":
+        return f"{c['python']}() passes"
     return f"{c['file']} contains /{c['contains']}/" if "contains" in c else f"{c['file']} exists"
 
 

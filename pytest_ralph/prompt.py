@@ -10,6 +10,7 @@ Unknown placeholders are left as they are.
 
 from __future__ import annotations
 
+import json
 import string
 from dataclasses import dataclass
 from importlib import resources
@@ -114,6 +115,13 @@ def _check_line(c: Criterion | None, r: CriterionResult) -> str:
         contains = c.spec.get("contains")
         return f"check: file `{c.spec['file']}` must exist" + (
             f" and match /{contains}/" if contains else "")
+    if c is not None and c.kind == "sql":
+        return (f"check: `{c.spec['sql']}` on the SQLite database `{c.spec['db']}` must give "
+                f"{json.dumps(c.spec['expect'])}")
+    if c is not None and c.kind == "schema":
+        return f"check: `{c.spec['instance']}` must be valid against `{c.spec['schema']}`"
+    if c is not None and c.kind == "python":
+        return f"check: `{c.spec['python']}()` must not raise or return False"
     if r.claimed or (c is not None and c.kind == "text"):
         return "check: none (text criterion, claimed by the story's `passes`)"
     return f"check: {r.kind}"

@@ -1,8 +1,11 @@
-"""Check kinds `pytest`, `exists` and `file` (+ `contains`): pass, fail, bad fields."""
+"""Check kinds `pytest`, `exists`, `file` (+ `contains`), `sql`, `schema` and `python`: pass,
+fail, bad fields."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,6 +38,23 @@ CASES: list[tuple[dict[str, object], bool, str]] = [
     ({"file": "notes.md", "contains": "^version: 2"}, False,
      "no match for /^version: 2/ in `notes.md` (2 lines)"),
     ({"file": "tests"}, False, "`tests` is a folder; expected a file"),
+    ({"sql": "SELECT count(*) FROM users", "db": "app.db", "expect": 2}, True, ""),
+    ({"sql": "SELECT name FROM users ORDER BY name", "db": "app.db", "expect": ["ann", "bob"]},
+     True, ""),
+    ({"sql": "SELECT count(*) FROM users WHERE active", "db": "app.db", "expect": 2}, False,
+     "`SELECT count(*) FROM users WHERE active` on `app.db` gave 1; expected 2"),
+    ({"sql": "SELECT * FROM nope", "db": "app.db", "expect": 0}, False,
+     "failed: no such table: nope; expected a result equal to 0"),
+    ({"sql": "DELETE FROM users", "db": "app.db", "expect": 0}, False,
+     "attempt to write a readonly database"),
+    ({"sql": "SELECT 1", "db": "gone.db", "expect": 1}, False, "no database at `gone.db`"),
+    ({"schema": "config.schema.json", "instance": "config.yaml"}, True, ""),
+    ({"schema": "config.schema.json", "instance": "bad-config.json"}, False,
+     "`bad-config.json` does not match `config.schema.json`: 1 problem; expected none"),
+    ({"python": "checks:ok"}, True, ""),
+    ({"python": "checks:returns_false"}, False, "`checks:returns_false()` returned False"),
+    ({"python": "checks:raises"}, False, "`checks:raises()` raised ValueError: no login page"),
+    ({"python": "checks:missing"}, False, "cannot import `checks:missing`: AttributeError"),
 ]
 
 
@@ -43,6 +63,17 @@ def kinds_project(pytester: pytest.Pytester, write_prd: Writer) -> Path:
     pytester.mkdir("tests")
     (pytester.path / "tests" / "test_a.py").write_text(LINKED_TESTS)
     (pytester.path / "notes.md").write_text("# Notes\nversion: 1.2\n")
+    with contextlib.closing(sqlite3.connect(pytester.path / "app.db")) as db:
+        db.executescript("CREATE TABLE users (name TEXT, active INT);"
+                         "INSERT INTO users VALUES ('bob', 1), ('ann', 0);")
+    (pytester.path / "config.schema.json").write_text(json.dumps(
+        {"type": "object", "required": ["port"], "properties": {"port": {"type": "integer"}}}))
+    (pytester.path / "config.yaml").write_text("port: 8080\n")
+    (pytester.path / "bad-config.json").write_text('{"port": "eighty"}')
+    (pytester.path / "checks.py").write_text(
+        "def ok():\n    return None\n"
+        "def returns_false():\n    return False\n"
+        "def raises():\n    raise ValueError('no login page')\n")
     # addopts that would hide failures or select nothing must not change a `pytest` check.
     pytester.makeini("[pytest]\naddopts = -k test_ok -x\n")
     return write_prd(story("US-1", *[c for c, _, _ in CASES]))
@@ -74,6 +105,10 @@ def test_each_kind_passes_and_fails_as_it_should(pytester: pytest.Pytester, kind
                                          "'pytest'); expected exactly one"),
     ({"pytest": "tests", "timeout": "soon"}, "$.userStories[0].acceptanceCriteria[0].timeout: "
                                              "expected a number"),
+    ({"sql": "SELECT 1", "db": "a.db"}, "missing required key 'expect'"),
+    ({"schema": "s.json"}, "missing required key 'instance'"),
+    ({"python": "not a target"}, "$.userStories[0].acceptanceCriteria[0].python: expected "
+                                 "'module:function'"),
 ])
 def test_bad_fields_are_precise_collection_errors(pytester: pytest.Pytester,
                                                   criterion: dict[str, object],
@@ -96,3 +131,13 @@ def test_the_prompt_names_each_kind_of_check(pytester: pytest.Pytester,
         "  check: these tests must run and pass: `pytest tests/test_a.py::test_ok`",
         "  check: `missing.txt` must exist",
         "  check: file `notes.md` must exist and match /^version: 2/"])
+
+
+def test_a_database_is_never_modified(pytester: pytest.Pytester, write_prd: Writer) -> None:
+    with contextlib.closing(sqlite3.connect(pytester.path / "app.db")) as db:
+        db.executescript("CREATE TABLE t (x INT); INSERT INTO t VALUES (1);")
+    before = (pytester.path / "app.db").read_bytes()
+    write_prd(story("US-1", {"sql": "UPDATE t SET x = 2", "db": "app.db", "expect": []}))
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    assert (pytester.path / "app.db").read_bytes() == before

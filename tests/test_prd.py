@@ -27,7 +27,7 @@ from pytest_ralph.prd import (
 
 CRITERION_EXPECTED = (
     "expected a criterion: a non-empty string, or an object with one check key "
-    "('run', 'testCommand', 'pytest', 'exists', 'file'); found "
+    "('run', 'testCommand', 'pytest', 'exists', 'file', 'sql', 'schema', 'python'); found "
 )
 ID_RULE = "an id may not contain whitespace, control characters, '/', '[', ']' or '::'"
 
@@ -589,7 +589,8 @@ def test_criterion_object_without_check_key(
     assert problem.json_path == "$.userStories[0].acceptanceCriteria[1]"
     assert problem.message == (
         "expected a criterion: a string, or an object with one check key "
-        f"('run', 'testCommand', 'pytest', 'exists', 'file'); found {found}"
+        "('run', 'testCommand', 'pytest', 'exists', 'file', 'sql', 'schema', 'python'); "
+        f"found {found}"
     )
     assert problem.hint == "write the criterion as text, or add a check key such as 'run'"
     assert (problem.line, problem.column) == (3, 3)
