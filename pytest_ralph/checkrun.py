@@ -3,12 +3,15 @@
 The controller never imports project code: each phase runs
 ``python -m pytest <prd> --ralph-results <file>`` in the rootdir and reads the
 results file (:mod:`pytest_ralph.results`). The child's terminal output is kept
-in ``check.log`` beside the results.
+in ``check.log`` and its JUnit XML in ``check.xml`` beside the results; each item's
+``ralph_story``, ``ralph_criterion`` and ``ralph_kind`` are JUnit properties.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -41,7 +44,8 @@ class CheckPhaseConfig:
             overrides a ``-k`` in the user's ``addopts``).
         markexpr: the ``-m`` expression, likewise.
         deselect: node id prefixes to deselect (``--deselect``).
-        junitxml: where the child writes JUnit XML (each phase overwrites it), or ``None``.
+        junitxml: where a copy of each phase's JUnit XML goes (the last one stays), or
+            ``None``. Every phase also keeps its own as ``check.xml`` in its folder.
         expected: the criteria every phase must report, as (story id, criterion id, text);
             one that is missing counts as failing (removed, renamed or deselected).
         extra_args: more arguments for the child pytest.
@@ -61,7 +65,7 @@ class CheckPhaseConfig:
     expected: tuple[tuple[str, str, str], ...] = ()
     extra_args: tuple[str, ...] = ()
 
-    def argv(self, results_path: Path) -> list[str]:
+    def argv(self, results_path: Path, junit_path: Path | None = None) -> list[str]:
         """The child pytest's argv."""
         argv = [self.python, "-m", "pytest", str(self.prd), "--ralph-results", str(results_path),
                 # "." (the child runs in the rootdir): pytest expands $VARS in --rootdir.
@@ -79,8 +83,8 @@ class CheckPhaseConfig:
             argv.append("--ralph-strict")
         for prefix in self.deselect:
             argv += ["--deselect", prefix]
-        if self.junitxml is not None:
-            argv.append(f"--junitxml={self.junitxml}")
+        if junit_path is not None:
+            argv.append(f"--junitxml={junit_path}")
         return argv + list(self.extra_args)
 
 
@@ -101,7 +105,9 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path,
     results_path.unlink(missing_ok=True)
     env = dict(os.environ)
     env[CHILD_ENV] = "1"
-    argv = list(argv_override) if argv_override is not None else config.argv(results_path)
+    junit_path = out_dir / "check.xml"
+    argv = (list(argv_override) if argv_override is not None
+            else config.argv(results_path, junit_path))
     start = time.monotonic()
     with log_path.open("w+b") as log:
         # The child stops its own checks' process groups on SIGTERM: give it time to.
@@ -119,6 +125,10 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path,
             code = finished.returncode if finished.returncode is not None else -1
             results = CheckResults((), (f"the check phase (child pytest, exit {code}) wrote no "
                                         f"results; its output ends:\n{tail}",), code)
+    if config.junitxml is not None and junit_path.is_file():
+        with contextlib.suppress(OSError):
+            config.junitxml.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(junit_path, config.junitxml)
     if not config.prd.is_file():
         results = replace(results, errors=(*results.errors, f"the PRD {config.prd} does not exist "
                                            "any more (deleted or moved); expected it in place"))

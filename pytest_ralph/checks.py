@@ -29,6 +29,7 @@ import sys
 import tempfile
 import traceback
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,7 +38,7 @@ from xml.etree import ElementTree
 import jsonschema
 import yaml
 
-from .model import Criterion, Story
+from .model import Criterion, Story, fold_text
 from .process import read_tail, run_in_group
 
 #: Default seconds a ``run`` criterion may take before its process group is killed.
@@ -390,7 +391,8 @@ class PythonCheck:
 
 
 def make_check(criterion: Criterion, story: Story, *, rootdir: Path, strict: bool = False,
-               default_timeout: float = DEFAULT_CHECK_TIMEOUT) -> Check:
+               default_timeout: float = DEFAULT_CHECK_TIMEOUT,
+               text_checks: Mapping[str, str] | None = None) -> Check:
     """The check for ``criterion`` of ``story``.
 
     Args:
@@ -399,6 +401,8 @@ def make_check(criterion: Criterion, story: Story, *, rootdir: Path, strict: boo
         rootdir: the directory ``run`` commands run in, and relative ``cwd`` values start from.
         strict: make text criteria fail instead of passing on the claim.
         default_timeout: seconds for ``run`` criteria without their own ``timeout``.
+        text_checks: folded criterion text -> shell command (ini ``ralph_checks``): a text
+            criterion found there is checked by its command instead of being claimed.
     """
     spec = criterion.spec
     if criterion.kind == "run":
@@ -422,4 +426,7 @@ def make_check(criterion: Criterion, story: Story, *, rootdir: Path, strict: boo
                            (spec["schema"], spec["instance"]))
     if criterion.kind == "python":
         return PythonCheck(spec["python"], rootdir.absolute())
+    command = (text_checks or {}).get(fold_text(criterion.text))
+    if command is not None:
+        return RunCheck(command, rootdir.absolute(), default_timeout)
     return ClaimedCheck(story.passes, strict)

@@ -90,7 +90,8 @@ class CriterionItem(pytest.Item):
 
         settings = get_settings(self.config)
         check = make_check(self.criterion, self.story, rootdir=self.config.rootpath,
-                           strict=settings.strict, default_timeout=settings.check_timeout)
+                           strict=settings.strict, default_timeout=settings.check_timeout,
+                           text_checks=dict(settings.checks))
         result = check.run()
         self.user_properties += [(PROP_CLAIMED, result.claimed), (PROP_MESSAGE, result.message)]
         if not result.passed:

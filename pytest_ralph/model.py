@@ -145,3 +145,9 @@ def slugify(text: str) -> str:
     joined by ``-`` (at most 60 characters)."""
     ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
     return re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")[:60].strip("-")
+
+
+def fold_text(text: str) -> str:
+    """A criterion text as ini ``ralph_checks`` matches it: case-folded, runs of whitespace
+    made one space, ends stripped."""
+    return " ".join(text.casefold().split())

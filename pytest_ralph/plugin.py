@@ -75,6 +75,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         ini_help = f"pytest-ralph: {spec.help} (env {spec.env})"
         if spec.kind == "list":
             parser.addini(spec.ini, ini_help, type="args")
+        elif spec.kind == "mapping":
+            parser.addini(spec.ini, ini_help, type="linelist")
         else:  # unset is None; settings.resolve() then falls back to the default
             parser.addini(spec.ini, ini_help, type=_ini_type(spec.kind), default=None)
     parser.addini("ralph_prd_files", "pytest-ralph: file name patterns collected as PRDs.",

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .checks import DEFAULT_CHECK_TIMEOUT
+from .model import fold_text
 from .prd import MAX_PRD_BYTES
 
 
@@ -85,6 +86,8 @@ SPECS: tuple[Spec, ...] = (
          "", 1, 1000),
     Spec("max_prd_bytes", "Refuse PRD files larger than this many bytes.", "int", MAX_PRD_BYTES,
          "", 1, 2**40),
+    Spec("checks", "Commands for text criteria, one 'criterion text = shell command' per line "
+         "(text matched ignoring case and spacing).", "mapping", ()),
 )
 
 SPEC_BY_NAME = {s.name: s for s in SPECS}
@@ -112,6 +115,7 @@ class Settings:
     check_timeout: float
     agent_errors: int
     max_prd_bytes: int
+    checks: tuple[tuple[str, str], ...]
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -195,6 +199,19 @@ def _convert(spec: Spec, raw: Any, source: str, base: Path) -> Any:
         if text in _FALSE:
             return False
         raise bad("true or false")
+    if spec.kind == "mapping":
+        lines = raw if isinstance(raw, (list, tuple)) else str(raw).splitlines()
+        pairs: dict[str, str] = {}
+        for n, line in enumerate((str(x).strip() for x in lines), start=1):
+            if not line or line.startswith("#"):
+                continue
+            sep = " = " if " = " in line else "="
+            text, found, command = line.partition(sep)
+            if not found or not text.strip() or not command.strip():
+                raise SettingsError(f"{spec.name} from {source}, line {n}: expected "
+                                    f"'criterion text = command'; got {line!r}")
+            pairs[fold_text(text)] = command.strip()
+        return tuple(pairs.items())
     if spec.kind == "list":
         items = raw if isinstance(raw, (list, tuple)) else str(raw).replace(",", " ").split()
         out = tuple(dict.fromkeys(str(i).strip() for i in items if str(i).strip()))

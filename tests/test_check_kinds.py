@@ -141,3 +141,27 @@ def test_a_database_is_never_modified(pytester: pytest.Pytester, write_prd: Writ
     result = pytester.runpytest()
     result.assert_outcomes(failed=1)
     assert (pytester.path / "app.db").read_bytes() == before
+
+
+def test_ralph_checks_maps_text_criteria_to_commands(pytester: pytest.Pytester,
+                                                     write_prd: Writer) -> None:
+    write_prd(story("US-1", "Typecheck  passes", "Lint is clean", "Docs written", passes=True))
+    pytester.makeini("[pytest]\nralph_checks =\n    typecheck passes = test -f typed.marker\n"
+                     "    LINT IS CLEAN = true\n")
+    result = pytester.runpytest("-rA")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines_random([
+        "exit status 1, expected exit status 0: `test -f typed.marker`",
+        "FAILED prd.json::US-1::AC1*", "PASSED prd.json::US-1::AC2",
+        "US-1: 1 verified, 1 claimed, 1 failed"])
+
+
+@pytest.mark.parametrize("line", ["no separator here", "= only a command", "text only ="])
+def test_ralph_checks_bad_line_names_the_source(pytester: pytest.Pytester, write_prd: Writer,
+                                                line: str) -> None:
+    write_prd(story("US-1", "Docs written"))
+    pytester.makeini(f"[pytest]\nralph_checks =\n    a = true\n    {line}\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*checks from ini ralph_checks (tox.ini), line 2: expected "
+                                 f"'criterion text = command'; got '{line}'*"])

@@ -396,10 +396,15 @@ def test_state_folder_progress_and_iteration_folders(
     (run,) = (state / "runs").iterdir()
     assert sorted(p.name for p in run.iterdir()) == [
         "iteration-000", "iteration-001", "iteration-002", "iteration-003", "run.json"]
-    assert sorted(p.name for p in (run / "iteration-000").iterdir()) == ["check.json",
-                                                                           "check.log"]
+    assert sorted(p.name for p in (run / "iteration-000").iterdir()) == [
+        "check.json", "check.log", "check.xml"]
     assert sorted(p.name for p in (run / "iteration-002").iterdir()) == [
-        "agent.log", "check.json", "check.log", "prompt.md"]
+        "agent.log", "check.json", "check.log", "check.xml", "prompt.md"]
+    xml = (run / "iteration-002" / "check.xml").read_text()
+    assert 'tests="3"' in xml and 'failures="1"' in xml
+    assert '<property name="ralph_story" value="US-001"' in xml
+    assert '<property name="ralph_criterion" value="AC2"' in xml
+    assert '<property name="ralph_kind" value="run"' in xml
     assert "agent: created a.txt" in (run / "iteration-002" / "agent.log").read_text()
     progress = (state / "progress.txt").read_text()
     assert progress.count("## ") == 4  # three iterations and the end of the run
