@@ -94,8 +94,17 @@ class CriterionItem(pytest.Item):
                            text_checks=dict(settings.checks))
         result = check.run()
         self.user_properties += [(PROP_CLAIMED, result.claimed), (PROP_MESSAGE, result.message)]
-        if not result.passed:
-            raise CriterionFailed(result)
+        if result.passed:
+            return
+        if settings.gate == "claims" and not self.story.passes:
+            # Work in progress: reported, but only claimed-done stories decide the gate.
+            pytest.xfail(f"story {self.story.id} is not claimed done (passes: false), so "
+                         f"--ralph-gate=claims does not count this failure: {result.message}")
+        if settings.gate == "claims":
+            raise CriterionFailed(CheckResult(
+                False, f"story {self.story.id} claims passes: true, but criterion "
+                       f"{self.criterion.key} fails: {result.message}", result.claimed))
+        raise CriterionFailed(result)
 
     def repr_failure(
         self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None

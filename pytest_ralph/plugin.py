@@ -93,7 +93,8 @@ def _ini_type(kind: str) -> Any:
     return native.get(kind, "string")
 
 
-_METAVARS = {"path": "PATH", "str": "CMD", "int": "N", "float": "SECONDS"}
+_METAVARS = {"path": "PATH", "str": "CMD", "int": "N", "float": "SECONDS",
+             "choice": "all|claims"}
 
 
 def _resolve_settings(config: pytest.Config) -> Settings:
@@ -317,8 +318,11 @@ class GateSummary:
         if not (report.when == "call" or (report.when == "setup" and not report.passed)):
             return
         counts = self.stories.setdefault(str(props[PROP_STORY]),
-                                         {"verified": 0, "claimed": 0, "failed": 0})
-        if report.passed and props.get(PROP_CLAIMED):
+                                         {"verified": 0, "claimed": 0, "failed": 0,
+                                          "unclaimed": 0})
+        if hasattr(report, "wasxfail"):  # --ralph-gate=claims: failing, story not claimed
+            counts["unclaimed"] += 1
+        elif report.passed and props.get(PROP_CLAIMED):
             counts["claimed"] += 1
             self.claimed.append(f"{props[PROP_STORY]}::{props[PROP_CRITERION]}: "
                                 f"{props.get(PROP_TEXT, '')}")
@@ -337,8 +341,12 @@ class GateSummary:
         for note in notes:
             tr.write_line(f"pytest-ralph: {note}")
         for story, c in self.stories.items():
-            tr.write_line(f"{story}: {c['verified']} verified, {c['claimed']} claimed, "
-                          f"{c['failed']} failed")
+            line = (f"{story}: {c['verified']} verified, {c['claimed']} claimed, "
+                    f"{c['failed']} failed")
+            if c["unclaimed"]:
+                line += (f", {c['unclaimed']} failing in a story not claimed done (not counted: "
+                         "--ralph-gate=claims)")
+            tr.write_line(line)
         if self.claimed:
             tr.write_line(f"claimed, not verified ({len(self.claimed)}): pass only because their "
                           "story says passes: true")

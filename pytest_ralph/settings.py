@@ -32,7 +32,8 @@ class Spec:
         name: the setting's name (``max_iterations``); ini ``ralph_<name>``, environment
             ``PYTEST_RALPH_<NAME>``.
         help: one line for ``pytest --help``.
-        kind: ``str``, ``path``, ``int``, ``float``, ``bool`` or ``list``.
+        kind: ``str``, ``path``, ``int``, ``float``, ``bool``, ``list``, ``choice`` (one of
+            :data:`GATE_MODES`) or ``mapping`` (``text = command`` lines).
         default: the value when no source sets it.
         cli: the command-line option, or ``""`` for ini/environment only.
         low, high: inclusive bounds of a number (``low`` exclusive for ``float``).
@@ -86,11 +87,16 @@ SPECS: tuple[Spec, ...] = (
          "", 1, 1000),
     Spec("max_prd_bytes", "Refuse PRD files larger than this many bytes.", "int", MAX_PRD_BYTES,
          "", 1, 2**40),
+    Spec("gate", "What fails the gate: 'all' (any failing criterion) or 'claims' (only the "
+         "criteria of stories that say passes: true).", "choice", "all", "--ralph-gate"),
     Spec("checks", "Commands for text criteria, one 'criterion text = shell command' per line "
          "(text matched ignoring case and spacing).", "mapping", ()),
 )
 
 SPEC_BY_NAME = {s.name: s for s in SPECS}
+
+#: Values of ``gate``.
+GATE_MODES = ("all", "claims")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -115,6 +121,7 @@ class Settings:
     check_timeout: float
     agent_errors: int
     max_prd_bytes: int
+    gate: str
     checks: tuple[tuple[str, str], ...]
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -199,6 +206,11 @@ def _convert(spec: Spec, raw: Any, source: str, base: Path) -> Any:
         if text in _FALSE:
             return False
         raise bad("true or false")
+    if spec.kind == "choice":
+        text = str(raw).strip().lower()
+        if text not in GATE_MODES:
+            raise bad(" or ".join(repr(m) for m in GATE_MODES))
+        return text
     if spec.kind == "mapping":
         lines = raw if isinstance(raw, (list, tuple)) else str(raw).splitlines()
         pairs: dict[str, str] = {}

@@ -267,3 +267,37 @@ def test_native_toml_values_in_tool_pytest(pytester: pytest.Pytester, write_prd:
     assert result.ret == 1  # strict: the claimed criterion fails
     result.stdout.fnmatch_lines(["ralph: max_iterations = 7 (*); strict = True (*); "
                                  "check_timeout = 2.5 (*)"])
+
+
+def test_claims_gate_only_counts_stories_that_claim_done(pytester: pytest.Pytester,
+                                                         write_prd: Writer) -> None:
+    write_prd(story("US-1", {"text": "ok", "run": "true"}, passes=True),
+              story("US-2", {"text": "wip", "run": "false"}, "Docs written", passes=False))
+    result = pytester.runpytest("--ralph-gate=claims", "-rA")
+    assert result.ret == 0, result.stdout.str()
+    result.assert_outcomes(passed=1, xfailed=2)
+    result.stdout.fnmatch_lines_random([
+        "US-2: 0 verified, 0 claimed, 0 failed, 2 failing in a story not claimed done (not "
+        "counted: --ralph-gate=claims)"])
+
+
+def test_claims_gate_fails_a_claimed_story_naming_both(pytester: pytest.Pytester,
+                                                       write_prd: Writer,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    write_prd(story("US-1", {"text": "ok", "run": "true"}, {"text": "bad", "run": "false"},
+                    passes=True),
+              story("US-2", {"text": "wip", "run": "false"}, passes=False))
+    monkeypatch.setenv("PYTEST_RALPH_GATE", "claims")
+    result = pytester.runpytest()
+    assert result.ret == 1
+    result.assert_outcomes(passed=1, failed=1, xfailed=1)
+    result.stdout.fnmatch_lines(["*story US-1 claims passes: true, but criterion US-1::AC2 "
+                                 "fails: exit status 1*"])
+
+
+def test_bad_gate_value_names_the_source(pytester: pytest.Pytester, write_prd: Writer) -> None:
+    write_prd(story("US-1", {"text": "ok", "run": "true"}))
+    result = pytester.runpytest("--ralph-gate", "some")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*gate from --ralph-gate: expected 'all' or 'claims'; got "
+                                 "'some'*"])
