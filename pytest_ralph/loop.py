@@ -79,6 +79,8 @@ class IterationRecord:
         error_streak: agent-error streak after it.
         started: UTC time it started.
         folder: its folder in the state directory.
+        regressions: keys of criteria that passed in an earlier check of the run and fail
+            in this one.
     """
 
     n: int
@@ -89,6 +91,7 @@ class IterationRecord:
     error_streak: int
     started: _dt.datetime
     folder: Path
+    regressions: tuple[str, ...] = ()
 
     @property
     def passing(self) -> int:
@@ -375,7 +378,7 @@ class Loop:
             else:
                 error_streak += 1
             rec = IterationRecord(n, results, agent_run, story.id if story else "", streak,
-                                  error_streak, started, folder)
+                                  error_streak, started, folder, _regressions(run, results))
             run.iterations.append(rec)
             self._print_block(run, rec)
             state.append_progress(self._progress_entry(run, rec))
@@ -476,9 +479,11 @@ class Loop:
         if rec.agent is not None and not rec.agent.ran:
             streak += (f" (unchanged: the agent did not run properly); agent-error streak "
                        f"{rec.error_streak}/{s.agent_errors}")
+        regress = (f"\n  Regressions: {', '.join(rec.regressions)} passed before and fail now"
+                   if rec.regressions else "")
         self._print(f"[ralph iteration {rec.n}/{s.max_iterations}]\n"
                     f"  Goal: {goal}\n  Tried: {tried}\n  Result: {result}\n"
-                    f"  State: {rec.passing}/{total} passing ({delta:+d}); {streak}")
+                    f"  State: {rec.passing}/{total} passing ({delta:+d}); {streak}{regress}")
 
     def _progress_entry(self, run: RunRecord, rec: IterationRecord) -> str:
         r = rec.results
@@ -495,6 +500,8 @@ class Loop:
                 lines.append(f"why {c.key}: {why(c.message)}")
             for e in r.errors[:3]:
                 lines.append(f"why <check>: {why(e)}")
+        if rec.regressions:
+            lines.append(f"regressions (passed before, fail now): {', '.join(rec.regressions)}")
         lines.append(f"streak: {rec.streak}/{self.settings.breaker}; agent-error streak: "
                      f"{rec.error_streak}/{self.settings.agent_errors}")
         return "\n".join(lines) + "\n"
@@ -511,6 +518,7 @@ class Loop:
                 "total": len(it.results.criteria), "failing": [c.key for c in it.results.failing],
                 "errors": list(it.results.errors), "fingerprint": it.results.fingerprint,
                 "streak": it.streak, "error_streak": it.error_streak,
+                "regressions": list(it.regressions),
                 "agent": None if it.agent is None else {
                     "argv": list(it.agent.argv), "outcome": it.agent.outcome,
                     "exit_code": it.agent.exit_code, "duration": round(it.agent.duration, 3)},
@@ -527,6 +535,12 @@ def _silence(stream: TextIO) -> None:
         os.dup2(devnull, stream.fileno())
         os.close(devnull)
         stream.flush()
+
+
+def _regressions(run: RunRecord, results: CheckResults) -> tuple[str, ...]:
+    """Keys failing in ``results`` that passed in an earlier check of ``run``."""
+    passed_before = {c.key for it in run.iterations for c in it.results.passing}
+    return tuple(c.key for c in results.failing if c.key in passed_before)
 
 
 def plural(n: int, singular: str, many: str | None = None) -> str:

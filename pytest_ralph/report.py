@@ -118,6 +118,12 @@ def render_report(run: RunRecord) -> str:
                     f"- fingerprint: `{fp}`", "", *_block(excerpt(c.message, 2000)), ""]
         for e in last.errors:
             out += ["### Check phase error", "", *_block(excerpt(e, 2000)), ""]
+    regressions = [(it.n, key) for it in run.iterations for key in it.regressions]
+    if regressions:
+        out += ["## Regressions", "", "Criteria that passed in an earlier check and failed "
+                "again (iteration: criterion):", ""]
+        out += [f"- {n}: {key}" for n, key in regressions]
+        out.append("")
     if claimed:
         out += ["## Claimed, not verified", "",
                 "These text criteria pass only because their story says `passes: true`; no "

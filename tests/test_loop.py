@@ -702,3 +702,33 @@ def test_a_project_path_with_a_dollar_sign(pytester: pytest.Pytester,
                                            agent("agent.py", FIRST_FAILURE_AGENT))
     assert result.ret == 0, result.stdout.str()
     assert (project / "a.txt").exists()
+
+
+FLIP_FLOP_AGENT = r"""
+import pathlib
+count = pathlib.Path("runs.txt")
+n = len(count.read_text().splitlines()) if count.exists() else 0
+count.write_text("run\n" * (n + 1))
+if n == 0:
+    pathlib.Path("a.txt").write_text("x")
+else:
+    pathlib.Path("a.txt").unlink()
+"""
+
+
+def test_a_criterion_that_passed_and_fails_again_is_a_regression(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path],
+        agent: Callable[[str, str], str]) -> None:
+    write_prd(story("US-001", *files_criteria("a.txt", "never.txt")))
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
+                                           agent("flip.py", FLIP_FLOP_AGENT),
+                                           "--ralph-max-iterations", "2")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["[[]ralph iteration 2/2[]]", "*", "*", "*", "*",
+                                 "  Regressions: US-001::AC1 passed before and fail now"])
+    assert "iteration 1/2]\n" in result.stdout.str()
+    assert result.stdout.str().count("Regressions:") == 1
+    report = report_text(pytester)
+    assert "## Regressions" in report and "- 2: US-001::AC1" in report
+    progress = (pytester.path / ".pytest_ralph" / "progress.txt").read_text()
+    assert "regressions (passed before, fail now): US-001::AC1" in progress
