@@ -20,6 +20,7 @@ import signal
 import sys
 import tempfile
 import traceback
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,9 @@ from .results import CriterionResult, write_results
 from .settings import SPECS, Settings, SettingsError, describe, resolve
 
 SETTINGS = pytest.StashKey[Settings]()
+
+#: Above this many failing criteria, each gets one summary line instead of a failure section.
+COMPACT_AFTER = 50
 DISCOVERED_PRD = pytest.StashKey[Path]()
 
 
@@ -331,12 +335,34 @@ class GateSummary:
         else:
             counts["failed"] += 1
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None, None, None]:
+        """Around pytest's own summary: with many failing criteria, keep them out of pytest's
+        failure sections (quadratic in the number of failures, pytest issue 13360) and print
+        one line each instead; then print the per-story table."""
+        tr = terminalreporter
+        failed: list[Any] = tr.stats.get("failed", [])
+        ours = [r for r in failed if PROP_STORY in _props(r)]
+        compact = len(ours) > COMPACT_AFTER
+        if compact:
+            mine = {id(r) for r in ours}
+            tr.stats["failed"] = [r for r in failed if id(r) not in mine]
+        try:
+            return (yield)
+        finally:
+            if compact:
+                tr.stats["failed"] = failed
+                tr.write_sep("=", f"pytest-ralph: {len(ours)} failing criteria, one line each")
+                for r in ours:
+                    first = next((ln for ln in r.longreprtext.splitlines() if ln.strip()), "")
+                    tr.write_line(f"FAILED {r.nodeid} - {first[:200]}")
+            self._write_table(tr)
+
+    def _write_table(self, tr: Any) -> None:
         """Print the per-story table and notes about empty PRDs."""
         notes = self.config.stash.get(EMPTY_PRDS, [])
         if not self.stories and not notes:
             return
-        tr = terminalreporter
         tr.write_sep("=", "pytest-ralph: acceptance criteria")
         for note in notes:
             tr.write_line(f"pytest-ralph: {note}")

@@ -301,3 +301,29 @@ def test_bad_gate_value_names_the_source(pytester: pytest.Pytester, write_prd: W
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*gate from --ralph-gate: expected 'all' or 'claims'; got "
                                  "'some'*"])
+
+
+def test_many_failing_criteria_get_one_line_each(pytester: pytest.Pytester,
+                                                 write_prd: Writer) -> None:
+    """Past 50 failing criteria pytest's quadratic failure sections are replaced."""
+    write_prd(story("US-1", *[{"exists": f"missing-{i}.txt"} for i in range(60)],
+                    {"text": "ok", "run": "true"}))
+    pytester.makepyfile(test_other="def test_other():\n    assert 1 == 2\n")
+    result = pytester.runpytest("-p", "no:randomly")
+    assert result.ret == 1
+    result.assert_outcomes(passed=1, failed=61)
+    out = result.stdout.str()
+    assert "pytest-ralph: 60 failing criteria, one line each" in out
+    assert "FAILED prd.json::US-1::AC60 - nothing at `missing-59.txt`" in out
+    # Ordinary tests keep their full failure section.
+    assert "_ test_other _" in out and "assert 1 == 2" in out
+    assert "_ US-1::AC1" not in out
+
+
+def test_few_failing_criteria_keep_pytest_failure_sections(pytester: pytest.Pytester,
+                                                           write_prd: Writer) -> None:
+    write_prd(story("US-1", *[{"exists": f"missing-{i}.txt"} for i in range(3)]))
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=3)
+    assert "one line each" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*_ US-1::AC1: missing-0.txt exists _*"])
