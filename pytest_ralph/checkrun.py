@@ -88,8 +88,7 @@ class CheckPhaseConfig:
         return argv + list(self.extra_args)
 
 
-def run_check_phase(config: CheckPhaseConfig, out_dir: Path,
-                    argv_override: Sequence[str] | None = None) -> CheckResults:
+def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
     """Check every criterion in a child pytest; keep ``check.json`` and ``check.log`` in
     ``out_dir``.
 
@@ -106,8 +105,7 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path,
     env = dict(os.environ)
     env[CHILD_ENV] = "1"
     junit_path = out_dir / "check.xml"
-    argv = (list(argv_override) if argv_override is not None
-            else config.argv(results_path, junit_path))
+    argv = config.argv(results_path, junit_path)
     start = time.monotonic()
     with log_path.open("w+b") as log:
         # The child stops its own checks' process groups on SIGTERM: give it time to.

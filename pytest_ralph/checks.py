@@ -38,6 +38,7 @@ from xml.etree import ElementTree
 import jsonschema
 import yaml
 
+from .checkrun import CHILD_ENV
 from .model import Criterion, Story, fold_text
 from .process import read_tail, run_in_group
 
@@ -74,6 +75,18 @@ class Check(Protocol):
         ...
 
 
+def _command_env() -> dict[str, str]:
+    """The environment of a checked command: ours, minus the loop-child marker (a pytest the
+    command starts is an ordinary pytest)."""
+    env = dict(os.environ)
+    env.pop(CHILD_ENV, None)
+    return env
+
+
+def _timed_out(timeout: float) -> str:
+    return f"no exit within the timeout of {timeout:g} s (process group killed)"
+
+
 @dataclass(frozen=True)
 class RunCheck:
     """A shell command that must exit 0.
@@ -96,8 +109,7 @@ class RunCheck:
         if not self.cwd.is_dir():
             return CheckResult(False, f"working directory {self.cwd} does not exist (expected an "
                                       f"existing folder): `{self.command}` not run")
-        env = dict(os.environ)
-        env.pop("PYTEST_RALPH_CHILD", None)
+        env = _command_env()
         with tempfile.TemporaryFile() as out:
             finished = run_in_group(self.command, shell=True, cwd=self.cwd, output=out,
                                     timeout=self.timeout, env=env)
@@ -105,7 +117,7 @@ class RunCheck:
         if finished.returncode == 0:
             return CheckResult(True)
         if finished.timed_out:
-            found = f"no exit within the timeout of {self.timeout:g} s (process group killed)"
+            found = _timed_out(self.timeout)
         elif finished.returncode is not None and finished.returncode < 0:
             found = f"killed by signal {-finished.returncode}"
         else:
@@ -163,8 +175,7 @@ class PytestCheck:
         """Run the tests and read their JUnit XML."""
         shown = " ".join(self.targets)
         expected = "all selected tests pass and at least one runs"
-        env = dict(os.environ)
-        env.pop("PYTEST_RALPH_CHILD", None)
+        env = _command_env()
         with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryFile() as out:
             xml = Path(tmp) / "junit.xml"
             argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -176,7 +187,7 @@ class PytestCheck:
         ran = counts["tests"] - counts["skipped"]
         passed = ran - counts["failures"] - counts["errors"]
         if finished.timed_out:
-            found = f"no exit within the timeout of {self.timeout:g} s (process group killed)"
+            found = _timed_out(self.timeout)
         elif code == 0 and passed >= 1:
             return CheckResult(True)
         elif code in (2, 3, 4):
