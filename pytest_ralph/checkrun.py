@@ -49,6 +49,8 @@ class CheckPhaseConfig:
         expected: the criteria every phase must report, as (story id, criterion id, text);
             one that is missing counts as failing (removed, renamed or deselected).
         extra_args: more arguments for the child pytest.
+        nodeids: check only these criteria (node ids, absolute PRD path first) instead of
+            the whole PRD; empty: the whole PRD.
     """
 
     prd: Path
@@ -64,10 +66,12 @@ class CheckPhaseConfig:
     junitxml: Path | None = None
     expected: tuple[tuple[str, str, str], ...] = ()
     extra_args: tuple[str, ...] = ()
+    nodeids: tuple[str, ...] = ()
 
     def argv(self, results_path: Path, junit_path: Path | None = None) -> list[str]:
         """The child pytest's argv."""
-        argv = [self.python, "-m", "pytest", str(self.prd), "--ralph-results", str(results_path),
+        argv = [self.python, "-m", "pytest", *(self.nodeids or [str(self.prd)]),
+                "--ralph-results", str(results_path),
                 # "." (the child runs in the rootdir): pytest expands $VARS in --rootdir.
                 "--rootdir", ".", "-p", "no:cacheprovider", "-q", "--no-header",
                 # Whatever the user's addopts say: select by -k/-m only as asked, never stop

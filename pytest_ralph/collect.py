@@ -7,6 +7,7 @@ PRD is a collection error that lists every problem, without a traceback.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,8 +92,13 @@ class CriterionItem(pytest.Item):
         settings = get_settings(self.config)
         check = make_check(self.criterion, self.story, rootdir=self.config.rootpath,
                            strict=settings.strict, default_timeout=settings.check_timeout,
-                           text_checks=dict(settings.checks))
+                           text_checks=dict(settings.checks), verifier=settings.verifier,
+                           verifier_source=settings.sources.get("verifier", "ini ralph_verifier"),
+                           prd=self.path)
         result = check.run()
+        if result.kind:  # decided by another kind of check (the verifier): report that kind
+            self.user_properties[:] = [(k, result.kind if k == PROP_KIND else v)
+                                       for k, v in self.user_properties]
         self.user_properties += [(PROP_CLAIMED, result.claimed), (PROP_MESSAGE, result.message)]
         if result.passed:
             return
@@ -101,9 +107,9 @@ class CriterionItem(pytest.Item):
             pytest.xfail(f"story {self.story.id} is not claimed done (passes: false), so "
                          f"--ralph-gate=claims does not count this failure: {result.message}")
         if settings.gate == "claims":
-            raise CriterionFailed(CheckResult(
-                False, f"story {self.story.id} claims passes: true, but criterion "
-                       f"{self.criterion.key} fails: {result.message}", result.claimed))
+            raise CriterionFailed(dataclasses.replace(
+                result, message=f"story {self.story.id} claims passes: true, but criterion "
+                                f"{self.criterion.key} fails: {result.message}"))
         raise CriterionFailed(result)
 
     def repr_failure(

@@ -34,14 +34,17 @@ from .agent import (
     split_command,
 )
 from .checkrun import CheckPhaseConfig, run_check_phase
-from .model import PRD, Story
+from .checks import VERIFIER_KIND
+from .fingerprint import fingerprint
+from .model import PRD, Story, fold_text
+from .oracle import Change, Snapshot, apply, compare, snapshot
 from .prd import PRD_FILE_NAMES, PRD_SEARCH_DIRS, PRDError, discover_prd, load_prd
 from .prompt import PROGRESS_CHARS, PromptContext, build_prompt, pick_story, template_path
 from .report import clean, write_report
 from .results import CheckResults, CriterionResult
 from .settings import Settings
 from .state import LockedError, RunDir, StateDir
-from .writeback import story_verdicts, write_back
+from .writeback import story_notes, story_verdicts, write_back
 
 # Exit codes of ``pytest --ralph`` (PRODUCT.md section 3).
 EXIT_COMPLETE = 0
@@ -81,6 +84,10 @@ class IterationRecord:
         folder: its folder in the state directory.
         regressions: keys of criteria that passed in an earlier check of the run and fail
             in this one.
+        fingerprint: the failure fingerprint the breaker compares (flaky criteria left out).
+        changes: what the agent changed in the oracle since the run started (see
+            :mod:`pytest_ralph.oracle`); non-empty marks a "criteria changed" iteration.
+        flaky: keys of criteria that failed in this check, then passed when re-checked.
     """
 
     n: int
@@ -92,6 +99,9 @@ class IterationRecord:
     started: _dt.datetime
     folder: Path
     regressions: tuple[str, ...] = ()
+    fingerprint: str = ""
+    changes: tuple[Change, ...] = ()
+    flaky: tuple[str, ...] = ()
 
     @property
     def passing(self) -> int:
@@ -114,6 +124,8 @@ class RunRecord:
         exit_code: the exit code, once stopped.
         reason: the stop reason, one sentence.
         started, finished: UTC times.
+        oracle: the oracle snapshot taken when the run started.
+        flaky: keys of every criterion found flaky so far; the breaker ignores them.
     """
 
     prd: PRD
@@ -126,6 +138,8 @@ class RunRecord:
     reason: str = ""
     started: _dt.datetime = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc))
     finished: _dt.datetime | None = None
+    oracle: Snapshot | None = None
+    flaky: set[str] = field(default_factory=set)
 
     @property
     def last(self) -> IterationRecord:
@@ -240,6 +254,13 @@ class Loop:
             raise LoopUsageError(f"cannot read the prompt template {path} (from "
                                  f"{self.settings.sources.get('prompt')}): {exc}") from None
 
+    def _text_kind(self, text: str) -> str:
+        """How a text criterion is decided: ``text`` (a ``ralph_checks`` command),
+        ``verifier`` or ``claimed``."""
+        if fold_text(text) in dict(self.settings.checks):
+            return "text"
+        return VERIFIER_KIND if self.settings.verifier else "claimed"
+
     def _selected(self, prd: PRD) -> list[Story]:
         return [st for st in prd.stories if not self.settings.story or st.id in
                 self.settings.story]
@@ -269,7 +290,10 @@ class Loop:
         prd, argv = self.prepare()
         selected = self._selected(prd)
         fake = CheckResults(tuple(
-            CriterionResult(nodeid="", story=st.id, criterion=c.id, text=c.text, kind=c.kind,
+            CriterionResult(nodeid="", story=st.id, criterion=c.id, text=c.text,
+                            kind=("text" if self._text_kind(c.text) == "claimed" else
+                                  self._text_kind(c.text)) if c.kind == "text" else c.kind,
+                            claimed=c.kind == "text" and self._text_kind(c.text) == "claimed",
                             outcome="failed", message="not checked (dry run): the real loop "
                             "checks every criterion before the first agent run and shows the "
                             "failures here")
@@ -333,6 +357,7 @@ class Loop:
         phase = self._phase_config(run.prd)
         folder = run.run_dir.iteration_dir(0)
         started = _now()
+        run.oracle = self._snapshot(run.prd)
         base = run_check_phase(phase, folder)
         if not phase.expected:  # selected by -k/-m: the baseline says which criteria
             if not base.criteria and not base.errors:
@@ -342,7 +367,8 @@ class Loop:
             phase = replace(phase, expected=tuple((c.story, c.criterion, c.text)
                                                   for c in base.criteria))
         self._write_back(run.prd, base, state)
-        run.iterations.append(IterationRecord(0, base, None, "", 0, 0, started, folder))
+        run.iterations.append(IterationRecord(0, base, None, "", 0, 0, started, folder,
+                                              fingerprint=self._fingerprint(run, base)))
         self._save(run)
         self._print_baseline(run)
         if base.complete:
@@ -369,16 +395,24 @@ class Loop:
                                   env={"PYTEST_RALPH_ITERATION": str(n),
                                        "PYTEST_RALPH_PROMPT_FILE": str(folder / "prompt.md")})
             results = run_check_phase(phase, folder)
+            results, flaky = self._recheck(run, phase, prev, results, folder)
+            changes = self._changes(run, phase)
+            if changes and not s.allow_criteria_edits:
+                results = apply(results, changes)
             self._write_back(prd, results, state)
-            fp = results.fingerprint
+            fp = self._fingerprint(run, results)
             if agent_run.ran:
-                streak = streak + 1 if fp == last_fp else 1
-                last_fp = fp
+                if changes and not s.allow_criteria_edits:
+                    streak += 1  # an edited oracle is never progress
+                else:
+                    streak = streak + 1 if fp == last_fp else 1
+                    last_fp = fp
                 error_streak = 0
             else:
                 error_streak += 1
             rec = IterationRecord(n, results, agent_run, story.id if story else "", streak,
-                                  error_streak, started, folder, _regressions(run, results))
+                                  error_streak, started, folder, _regressions(run, results),
+                                  fp, tuple(changes), flaky)
             run.iterations.append(rec)
             self._print_block(run, rec)
             state.append_progress(self._progress_entry(run, rec))
@@ -397,12 +431,67 @@ class Loop:
                 return self._stop(run, "breaker", EXIT_BREAKER,
                                   f"circuit breaker: the same failure (fingerprint {fp}) in "
                                   f"{plural(streak, 'iteration')} in a row ({span}); the agent "
-                                  "is not making progress")
+                                  "is not making progress" + self._tampered(run))
         last = run.last.results
         failing = plural(len(last.failing), "criterion", "criteria")
         return self._stop(run, "limit", EXIT_LIMIT,
                           f"stopped at the iteration limit ({s.max_iterations}) with {failing} "
-                          "still failing" + (" and check-phase errors" if last.errors else ""))
+                          "still failing" + (" and check-phase errors" if last.errors else "")
+                          + self._tampered(run))
+
+    def _snapshot(self, prd: PRD, start: Snapshot | None = None) -> Snapshot:
+        return snapshot(prd, self.rootdir, inifile=self.inifile, stories=self.settings.story,
+                        verifier=self.settings.verifier, start=start)
+
+    def _changes(self, run: RunRecord, phase: CheckPhaseConfig) -> list[Change]:
+        """What the agent changed in the oracle since the run started, limited to changes
+        that touch a checked criterion."""
+        assert run.oracle is not None
+        try:
+            prd = load_prd(run.prd.path, max_bytes=self.settings.max_prd_bytes)
+        except PRDError:  # the check phase already fails on a broken PRD
+            return []
+        checked = {f"{sid}::{cid}" for sid, cid, _ in phase.expected}
+        return [ch for ch in compare(run.oracle, self._snapshot(prd, run.oracle))
+                if checked & set(ch.criteria)]
+
+    def _tampered(self, run: RunRecord) -> str:
+        """A clause for the stop reason when the last iteration changed the criteria."""
+        changes = run.last.changes if run.iterations else ()
+        if not changes or self.settings.allow_criteria_edits:
+            return ""
+        return (f"; the agent changed the criteria ({_changes_text(changes)}), so the loop "
+                "refuses to report completion until they are restored")
+
+    def _recheck(self, run: RunRecord, phase: CheckPhaseConfig, prev: CheckResults,
+                 results: CheckResults, folder: Path) -> tuple[CheckResults, tuple[str, ...]]:
+        """Re-check once, with no change in between, each criterion that passed in ``prev``
+        and fails in ``results``; one that passes now is flaky: its passing result stands,
+        and the breaker's fingerprint ignores it for the rest of the run."""
+        passed_before = {c.key for c in prev.passing}
+        newly = [c for c in results.failing if c.key in passed_before and c.kind != "missing"]
+        if not newly or results.errors:
+            return results, ()
+        again = run_check_phase(replace(
+            phase, junitxml=None,
+            nodeids=tuple(f"{phase.prd}::{c.story}::{c.criterion}" for c in newly),
+            expected=tuple((c.story, c.criterion, c.text) for c in newly)), folder / "recheck")
+        passed = {c.key: c for c in again.criteria if c.passed}
+        flaky = tuple(c.key for c in newly if c.key in passed)
+        if not flaky:
+            return results, ()
+        run.flaky.update(flaky)
+        first = {c.key: c for c in newly}
+        criteria = tuple(
+            replace(c, outcome="passed", claimed=passed[c.key].claimed,
+                    message=f"flaky: failed, then passed when re-checked with no change in "
+                            f"between; the first check said: {why(first[c.key].message)}")
+            if c.key in passed and c.key in first else c for c in results.criteria)
+        return replace(results, criteria=criteria), flaky
+
+    def _fingerprint(self, run: RunRecord, results: CheckResults) -> str:
+        """The breaker's fingerprint of ``results``: criteria found flaky are left out."""
+        return fingerprint([(k, m) for k, m in results.failures() if k not in run.flaky])
 
     def _reload(self, run: RunRecord) -> PRD:
         """The PRD as it is now (the agent may edit it); the last good one if it is broken."""
@@ -417,7 +506,8 @@ class Loop:
             current = load_prd(prd.path, max_bytes=self.settings.max_prd_bytes)
         except PRDError:
             return
-        write_back(prd.path, story_verdicts(results, current), state.root / "passes.json")
+        write_back(prd.path, story_verdicts(results, current), state.root / "passes.json",
+                   notes=story_notes(results, current))
 
     def _stop(self, run: RunRecord, status: str, code: int, reason: str) -> int:
         run.status, run.exit_code, run.reason = status, code, reason
@@ -481,6 +571,13 @@ class Loop:
                        f"{rec.error_streak}/{s.agent_errors}")
         regress = (f"\n  Regressions: {', '.join(rec.regressions)} passed before and fail now"
                    if rec.regressions else "")
+        if rec.flaky:
+            regress += (f"\n  Flaky: {', '.join(rec.flaky)} failed, then passed on a re-check "
+                        "(left out of the breaker's fingerprint)")
+        if rec.changes:
+            regress += f"\n  Criteria changed: {_changes_text(rec.changes)}" + (
+                " (allowed by --ralph-allow-criteria-edits)" if s.allow_criteria_edits else
+                "; not counted as progress, and no completion until they are restored")
         self._print(f"[ralph iteration {rec.n}/{s.max_iterations}]\n"
                     f"  Goal: {goal}\n  Tried: {tried}\n  Result: {result}\n"
                     f"  State: {rec.passing}/{total} passing ({delta:+d}); {streak}{regress}")
@@ -502,6 +599,10 @@ class Loop:
                 lines.append(f"why <check>: {why(e)}")
         if rec.regressions:
             lines.append(f"regressions (passed before, fail now): {', '.join(rec.regressions)}")
+        if rec.flaky:
+            lines.append(f"flaky (failed, then passed on a re-check): {', '.join(rec.flaky)}")
+        if rec.changes:
+            lines.append(f"criteria changed: {_changes_text(rec.changes)}")
         lines.append(f"streak: {rec.streak}/{self.settings.breaker}; agent-error streak: "
                      f"{rec.error_streak}/{self.settings.agent_errors}")
         return "\n".join(lines) + "\n"
@@ -516,9 +617,11 @@ class Loop:
             "iterations": [{
                 "n": it.n, "story": it.story, "passing": it.passing,
                 "total": len(it.results.criteria), "failing": [c.key for c in it.results.failing],
-                "errors": list(it.results.errors), "fingerprint": it.results.fingerprint,
+                "errors": list(it.results.errors), "fingerprint": it.fingerprint,
                 "streak": it.streak, "error_streak": it.error_streak,
-                "regressions": list(it.regressions),
+                "regressions": list(it.regressions), "flaky": list(it.flaky),
+                "criteria_changed": [{"subject": ch.subject, "change": ch.change,
+                                      "criteria": list(ch.criteria)} for ch in it.changes],
                 "agent": None if it.agent is None else {
                     "argv": list(it.agent.argv), "outcome": it.agent.outcome,
                     "exit_code": it.agent.exit_code, "duration": round(it.agent.duration, 3)},
@@ -535,6 +638,11 @@ def _silence(stream: TextIO) -> None:
         os.dup2(devnull, stream.fileno())
         os.close(devnull)
         stream.flush()
+
+
+def _changes_text(changes: tuple[Change, ...] | list[Change], most: int = 5) -> str:
+    shown = ", ".join(ch.describe() for ch in changes[:most])
+    return shown + (f", +{len(changes) - most} more" if len(changes) > most else "")
 
 
 def _regressions(run: RunRecord, results: CheckResults) -> tuple[str, ...]:

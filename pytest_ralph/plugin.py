@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from .checkrun import CHILD_ENV
+from .checks import VERIFIER_KIND, VERIFIER_PASSED
 from .collect import (
     COLLECTED_PRDS,
     EMPTY_PRDS,
@@ -313,6 +314,7 @@ class GateSummary:
         self.config = config
         self.stories: dict[str, dict[str, int]] = {}
         self.claimed: list[str] = []
+        self.judged: list[str] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Count each criterion once, by its call report (or a failed setup)."""
@@ -332,6 +334,11 @@ class GateSummary:
                                 f"{props.get(PROP_TEXT, '')}")
         elif report.passed:
             counts["verified"] += 1
+            if props.get(PROP_KIND) == VERIFIER_KIND:
+                evidence = str(props.get(PROP_MESSAGE, "")).removeprefix(VERIFIER_PASSED)
+                first = next(iter(evidence.strip().splitlines()), "")[:200]
+                self.judged.append(f"{props[PROP_STORY]}::{props[PROP_CRITERION]}: "
+                                   f"{props.get(PROP_TEXT, '')} -- {first}")
         else:
             counts["failed"] += 1
 
@@ -373,10 +380,19 @@ class GateSummary:
                 line += (f", {c['unclaimed']} failing in a story not claimed done (not counted: "
                          "--ralph-gate=claims)")
             tr.write_line(line)
-        if self.claimed:
-            tr.write_line(f"claimed, not verified ({len(self.claimed)}): pass only because their "
-                          "story says passes: true")
-            for line in self.claimed[:20]:
-                tr.write_line(f"  {line}")
-            if len(self.claimed) > 20:
-                tr.write_line(f"  ... and {len(self.claimed) - 20} more")
+        _write_list(tr, self.claimed, f"claimed, not verified ({len(self.claimed)}): pass only "
+                    "because their story says passes: true")
+        _write_list(tr, self.judged, f"judged passed by the verifier ({len(self.judged)}): "
+                    "criterion -- evidence")
+
+
+def _write_list(tr: pytest.TerminalReporter, lines: list[str], heading: str,
+                most: int = 20) -> None:
+    """``heading`` and up to ``most`` indented ``lines`` (nothing when there are none)."""
+    if not lines:
+        return
+    tr.write_line(heading)
+    for line in lines[:most]:
+        tr.write_line(f"  {line}")
+    if len(lines) > most:
+        tr.write_line(f"  ... and {len(lines) - most} more")

@@ -49,8 +49,10 @@ def run_in_group(
     env: Mapping[str, str] | None = None,
     shell: bool = False,
     grace: float | None = None,
+    errors: IO[bytes] | None = None,
 ) -> Finished:
-    """Run ``args`` with stdout and stderr both written to ``output``.
+    """Run ``args`` with stdout and stderr both written to ``output`` (stderr to ``errors``
+    instead when it is given).
 
     Args:
         args: an argv list (``shell=False``) or a shell command line (``shell=True``).
@@ -62,6 +64,8 @@ def run_in_group(
         shell: run ``args`` through the system shell.
         grace: seconds between SIGTERM and SIGKILL when the group is stopped (default
             :data:`KILL_GRACE_SECONDS`); give more to a command that cleans up after itself.
+        errors: a binary file that receives stderr, or ``None`` to send it to ``output``
+            (for a command whose stdout is an answer to parse, not a log).
 
     Raises:
         FileNotFoundError, PermissionError: the executable cannot be started.
@@ -80,7 +84,7 @@ def run_in_group(
         shell=shell,
         stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
         stdout=output,
-        stderr=subprocess.STDOUT,
+        stderr=errors if errors is not None else subprocess.STDOUT,
         **popen_kw,  # type: ignore[call-overload]
     )
     timed_out = False

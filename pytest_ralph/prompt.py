@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from .checks import VERIFIER_KIND
 from .model import PRD, Criterion, Story
 from .results import CheckResults, CriterionResult
 
@@ -122,6 +123,10 @@ def _check_line(c: Criterion | None, r: CriterionResult) -> str:
         return f"check: `{c.spec['instance']}` must be valid against `{c.spec['schema']}`"
     if c is not None and c.kind == "python":
         return f"check: `{c.spec['python']}()` must not raise or return False"
+    if r.kind == VERIFIER_KIND:
+        return "check: judged by the verifier command (ini ralph_verifier); see its evidence"
+    if c is not None and c.kind == "text" and not r.claimed and r.kind == "text":
+        return "check: the command ini ralph_checks maps this text to"
     if r.claimed or (c is not None and c.kind == "text"):
         return "check: none (text criterion, claimed by the story's `passes`)"
     return f"check: {r.kind}"

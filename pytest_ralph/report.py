@@ -73,6 +73,7 @@ def render_report(run: RunRecord) -> str:
         f"- Run: `{run.run_dir.id}`, started {run.started.isoformat(timespec='seconds')}"
         + (f", finished {run.finished.isoformat(timespec='seconds')}" if run.finished else ""),
         f"- State: `{run.run_dir.path}`",
+        *_guard_line(run),
         "",
     ]
     # Story x iteration matrix.
@@ -106,7 +107,8 @@ def render_report(run: RunRecord) -> str:
             code = "-" if it.agent.exit_code is None else f"exit {it.agent.exit_code}"
             agent_cells = f"{code} | {it.agent.outcome} | {it.agent.duration:.1f}"
         out.append(f"| {it.n} | {it.story or '-'} | {agent_cells} | "
-                   f"{len(r.passing)}/{len(r.criteria)} | `{r.fingerprint}` | {it.streak} |")
+                   f"{len(r.passing)}/{len(r.criteria)} | `{it.fingerprint or r.fingerprint}` | "
+                   f"{it.streak} |")
     out.append("")
     # Failures.
     if last.failing or last.errors:
@@ -124,6 +126,27 @@ def render_report(run: RunRecord) -> str:
                 "again (iteration: criterion):", ""]
         out += [f"- {n}: {key}" for n, key in regressions]
         out.append("")
+    changed = [(it.n, ch) for it in run.iterations for ch in it.changes]
+    if changed:
+        allowed = run.settings.allow_criteria_edits
+        out += ["## Criteria changed", "",
+                "The agent changed what judges its work (criterion definitions, linked tests, "
+                "schemas, check modules, conftest.py or the pytest configuration) since the run "
+                "started. " + ("--ralph-allow-criteria-edits was given: the changes were allowed."
+                               if allowed else "The criteria they touch failed in those "
+                               "iterations, and the run could not complete until they were "
+                               "restored."), "",
+                "| iteration | what | change | criteria |", "|---|---|---|---|"]
+        out += [f"| {n} | {_cell(ch.subject)} | {ch.change} | {_cell(', '.join(ch.criteria))} |"
+                for n, ch in changed]
+        out.append("")
+    flaky = [(it.n, key) for it in run.iterations for key in it.flaky]
+    if flaky:
+        out += ["## Flaky criteria", "", "Criteria that failed, then passed when re-checked "
+                "with no change in between (iteration: criterion); the breaker ignores them:",
+                ""]
+        out += [f"- {n}: {key}" for n, key in flaky]
+        out.append("")
     if claimed:
         out += ["## Claimed, not verified", "",
                 "These text criteria pass only because their story says `passes: true`; no "
@@ -133,6 +156,22 @@ def render_report(run: RunRecord) -> str:
     if run.status in ("breaker", "agent-error") and run.iterations:
         out += _escalation(run)
     return "\n".join(out)
+
+
+def _guard_line(run: RunRecord) -> list[str]:
+    if run.oracle is None:
+        return []
+    subjects = list(run.oracle.digests)
+    files = sum(1 for x in subjects if x.startswith("file ") and
+                run.oracle.digests[x] != "absent")
+    defs = sum(1 for x in subjects if x.startswith("criterion "))
+    line = (f"- Oracle guard: {defs} criterion definitions and {files} files checked after "
+            "each iteration" + (" (--ralph-allow-criteria-edits: changes are only reported)"
+                                if run.settings.allow_criteria_edits else ""))
+    if run.oracle.unguarded:
+        line += ("; not guarded, because they did not exist when the run started: "
+                 + ", ".join(f"`{u}`" for u in run.oracle.unguarded[:10]))
+    return [line]
 
 
 def _escalation(run: RunRecord) -> list[str]:

@@ -36,7 +36,8 @@ class CriterionResult:
         story: story id.
         criterion: criterion id (``AC1`` or explicit).
         text: the criterion text (headline).
-        kind: ``run`` or ``text``.
+        kind: the criterion's check kind (``run``, ``pytest``, ... ``text``), ``verifier``
+            for a text criterion judged by ini ``ralph_verifier``, or ``missing``.
         outcome: ``passed`` or ``failed``.
         message: failure text, or a note for a pass (``claimed, not verified``).
         claimed: decided by the story's claim, not a check.

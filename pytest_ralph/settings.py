@@ -79,6 +79,9 @@ SPECS: tuple[Spec, ...] = (
          "--ralph-story"),
     Spec("strict", "Claimed text criteria fail instead of passing on the story's claim.", "bool",
          False, "--ralph-strict"),
+    Spec("allow_criteria_edits", "Let the agent change the criteria and the tests, schemas "
+         "and modules that check them without failing them (the oracle-integrity guard only "
+         "reports the changes).", "bool", False, "--ralph-allow-criteria-edits"),
     Spec("dir", "State folder, relative to the rootdir.", "path", ".pytest_ralph"),
     Spec("prompt", "Prompt template file (default: the bundled prompt.md).", "path", None),
     Spec("check_timeout", "Default seconds a `run` criterion may take.", "float",
@@ -91,6 +94,9 @@ SPECS: tuple[Spec, ...] = (
          "criteria of stories that say passes: true).", "choice", "all", "--ralph-gate"),
     Spec("checks", "Commands for text criteria, one 'criterion text = shell command' per line "
          "(text matched ignoring case and spacing).", "mapping", ()),
+    Spec("verifier", "Judge command for text criteria that ralph_checks does not map: gets "
+         "the criterion as JSON on stdin, answers {\"verdict\": \"pass\"|\"fail\", "
+         "\"evidence\": ...} on stdout.", "str", None),
 )
 
 SPEC_BY_NAME = {s.name: s for s in SPECS}
@@ -116,6 +122,7 @@ class Settings:
     agent_timeout: float
     story: tuple[str, ...]
     strict: bool
+    allow_criteria_edits: bool
     dir: Path
     prompt: Path | None
     check_timeout: float
@@ -123,6 +130,7 @@ class Settings:
     max_prd_bytes: int
     gate: str
     checks: tuple[tuple[str, str], ...]
+    verifier: str | None
     sources: dict[str, str] = field(default_factory=dict)
 
 

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pytest_ralph.prd import load_prd
 from pytest_ralph.results import CheckResults, CriterionResult
-from pytest_ralph.writeback import story_verdicts, write_back
+from pytest_ralph.writeback import (
+    NOTE_MAX_CHARS,
+    NOTE_PREFIX,
+    story_notes,
+    story_verdicts,
+    write_back,
+)
+
+from .conftest import PY, story
 
 
 def _prd(**extra: Any) -> dict[str, Any]:
@@ -332,3 +343,317 @@ def test_json_without_passes_gets_it_inserted_after_the_id(tmp_path: Path, name:
     assert prd.read_bytes().decode() == content.replace(
         '{"id": "A",', '{"id": "A", "passes": true,').replace('"passes": false', '"passes": true')
     assert not (tmp_path / "s.json").exists()
+
+
+# -- notes -----------------------------------------------------------------------------------
+
+NOTE = "pytest-ralph: 1/2 criteria pass; failing: AC2"
+
+
+def _age(path: Path) -> int:
+    """Set the file's mtime an hour back (so that a rewrite would show) and return it."""
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - 3_600_000_000_000))
+    return path.stat().st_mtime_ns
+
+
+@pytest.mark.parametrize("indent", [2, "\t", None])
+@pytest.mark.parametrize("crlf", [False, True])
+@pytest.mark.parametrize("bom", [False, True])
+def test_notes_round_trip_on_canonical_json(tmp_path: Path, indent: int | str | None,
+                                            crlf: bool, bom: bool) -> None:
+    """Key order, unknown fields, indentation, BOM and CRLF: byte for byte what the same
+    writer produces for the new data."""
+    data = _prd(extraTop={"keep": [1, {"deep": True}]})
+
+    def dump(d: dict[str, Any]) -> bytes:
+        text = json.dumps(d, indent=indent, ensure_ascii=False) + "\n"
+        return (b"\xef\xbb\xbf" if bom else b"") + (
+            text.replace("\n", "\r\n") if crlf else text).encode()
+
+    prd = tmp_path / "prd.json"
+    prd.write_bytes(dump(data))
+    sidecar = tmp_path / "s.json"
+    changed = write_back(prd, {"US-001": True, "US-002": False}, sidecar,
+                         notes={"US-001": "pytest-ralph: all 1 pass", "US-002": NOTE})
+    assert changed == ["US-001", "US-002"]
+    data["userStories"][0].update(passes=True, notes="pytest-ralph: all 1 pass")
+    data["userStories"][1].update(passes=False, notes=NOTE)
+    assert prd.read_bytes() == dump(data)
+    assert not sidecar.exists()
+
+
+# The human and agent text around the loop's line, with escapes and non-ASCII as written.
+HUMAN = r'Caf\u00e9 — naïve \"quoted\"\n\tindented \\ backslash \/ slash'
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    # the loop's line is replaced where it is, human lines before and after stay
+    (HUMAN + r"\npytest-ralph: 0/2 criteria pass; failing: AC1, AC2\nlater 😀",
+     HUMAN + r"\n" + NOTE + r"\nlater 😀"),
+    # a final \r of the loop's line (CRLF inside the value) is kept
+    (r"pytest-ralph: old\r\nhuman", NOTE + r"\r\nhuman"),
+    # no loop line yet: appended on a new line
+    (HUMAN, HUMAN + r"\n" + NOTE),
+    (r"one\r\ntwo", r"one\r\ntwo\r\n" + NOTE),
+    (r"ends with a newline\n", r"ends with a newline\n" + NOTE),
+    # empty: the note is the whole value
+    ("", NOTE),
+    # only the first loop line is the loop's
+    (r"pytest-ralph: a\npytest-ralph: b", NOTE + r"\npytest-ralph: b"),
+])
+def test_note_replaces_only_its_own_line(tmp_path: Path, before: str, after: str) -> None:
+    template = ('{\n  "userStories": [\n    {\n      "id": "US-001",\n      "passes": false,\n'
+                '      "notes": "%s",\n      "x-extra": [1, 2]\n    }\n  ]\n}\n')
+    prd = tmp_path / "prd.json"
+    prd.write_text(template % before, encoding="utf-8")
+    assert write_back(prd, {"US-001": False}, tmp_path / "s.json",
+                      notes={"US-001": NOTE}) == ["US-001"]
+    assert prd.read_text("utf-8") == template % after
+    value = json.loads(prd.read_text("utf-8"))["userStories"][0]["notes"]
+    assert next(line for line in value.splitlines() if line.startswith(NOTE_PREFIX)) == NOTE
+    # A second write of the same note changes nothing.
+    mtime = _age(prd)
+    assert write_back(prd, {"US-001": False}, tmp_path / "s.json",
+                      notes={"US-001": NOTE}) == []
+    assert prd.stat().st_mtime_ns == mtime
+
+
+def test_human_text_survives_many_notes(tmp_path: Path) -> None:
+    human = 'Ana: check the "edge" case\nBob: ünïcode ✓\\path'
+    prd = tmp_path / "prd.json"
+    prd.write_text(json.dumps({"userStories": [{"id": "US-001", "passes": False,
+                                                "notes": human}]}), encoding="utf-8")
+    for note in ["pytest-ralph: a", "pytest-ralph: b", NOTE]:
+        write_back(prd, {"US-001": False}, tmp_path / "s.json", notes={"US-001": note})
+    assert json.loads(prd.read_text("utf-8"))["userStories"][0]["notes"] == human + "\n" + NOTE
+
+
+def test_a_note_is_made_one_line_with_the_prefix(tmp_path: Path) -> None:
+    prd = tmp_path / "prd.json"
+    _write(prd, _prd())
+    write_back(prd, {}, tmp_path / "s.json", notes={"US-001": "two\nlines"})
+    assert json.loads(prd.read_text("utf-8"))["userStories"][0]["notes"] == (
+        "pytest-ralph: two lines")
+
+
+def test_a_note_only_change_counts_as_changed(tmp_path: Path) -> None:
+    prd = tmp_path / "prd.json"
+    _write(prd, _prd())
+    assert write_back(prd, {"US-001": False}, tmp_path / "s.json",
+                      notes={"US-001": NOTE}) == ["US-001"]
+    assert write_back(prd, {"US-001": False}, tmp_path / "s.json",
+                      notes={"US-001": NOTE}) == []
+
+
+@pytest.mark.parametrize("name", ["prd.json", "prd.jsonc"])
+def test_missing_notes_key_is_inserted_after_passes(tmp_path: Path, name: str) -> None:
+    content = ('{\r\n "userStories": [\r\n'
+               '  {"id": "A", "passes": false, "acceptanceCriteria": ["x"], "title": "t"},'
+               ' // keep\r\n'
+               '  {"id": "B", "acceptanceCriteria": ["y"], "title": "t"},\r\n'
+               '  {"id": "C", "passes": true, "acceptanceCriteria": ["z"], "title": "t"}\r\n'
+               ' ]\r\n}\r\n')
+    if name == "prd.json":
+        content = content.replace(" // keep", "")
+    prd = tmp_path / name
+    prd.write_bytes(content.encode())
+    notes = {"A": "pytest-ralph: a \"q\" é", "B": "pytest-ralph: b", "C": "pytest-ralph: c"}
+    assert write_back(prd, {"A": True, "B": True, "C": True}, tmp_path / "s.json",
+                      notes=notes) == ["A", "B", "C"]
+    assert prd.read_bytes().decode() == content.replace(
+        '"passes": false,', '"passes": true, "notes": "pytest-ralph: a \\"q\\" é",').replace(
+        '{"id": "B",', '{"id": "B", "passes": true, "notes": "pytest-ralph: b",').replace(
+        '"passes": true, "acc', '"passes": true, "notes": "pytest-ralph: c", "acc')
+    assert not (tmp_path / "s.json").exists()
+    assert [s.notes for s in load_prd(prd).stories] == list(notes.values())
+
+
+@pytest.mark.parametrize("value", ["null", "3", '["a"]', '{"k": "v"}', "true"])
+def test_non_string_notes_go_to_the_sidecar(tmp_path: Path, value: str) -> None:
+    content = '{"userStories": [{"id": "US-001", "passes": false, "notes": ' + value + "}]}\n"
+    prd = tmp_path / "prd.json"
+    prd.write_text(content, encoding="utf-8")
+    sidecar = tmp_path / "state" / "passes.json"
+    assert write_back(prd, {"US-001": True}, sidecar, notes={"US-001": NOTE}) == ["US-001"]
+    # passes is still written into the file; notes is not touched
+    assert prd.read_text("utf-8") == content.replace('"passes": false', '"passes": true')
+    assert json.loads(sidecar.read_text("utf-8")) == {
+        "prd": str(prd), "passes": {}, "notes": {"US-001": NOTE}}
+    assert write_back(prd, {"US-001": True}, sidecar, notes={"US-001": NOTE}) == []
+
+
+def test_a_repeated_notes_key_goes_to_the_sidecar(tmp_path: Path) -> None:
+    content = '{"userStories": [{"id": "US-001", "notes": "a", "passes": true, "notes": "b"}]}'
+    prd = tmp_path / "prd.json"
+    prd.write_text(content, encoding="utf-8")
+    sidecar = tmp_path / "s.json"
+    assert write_back(prd, {"US-001": True}, sidecar, notes={"US-001": NOTE}) == ["US-001"]
+    assert prd.read_text("utf-8") == content
+    assert json.loads(sidecar.read_text("utf-8"))["notes"] == {"US-001": NOTE}
+
+
+JSONC_NOTES = """// The PRD, with comments
+{
+  "project": "Acme", /* inline */
+  "userStories": [
+    {
+      "id": "US-001", // first
+      "passes": false,
+      /* the humans' notes */
+      "notes": "keep this // not a comment",
+    },
+    {"id": "US-002", "passes": true}, // trailing
+  ],
+}
+"""
+
+
+def test_jsonc_notes_keep_comments(tmp_path: Path) -> None:
+    prd = tmp_path / "prd.jsonc"
+    prd.write_text(JSONC_NOTES, encoding="utf-8")
+    notes = {"US-001": NOTE, "US-002": "pytest-ralph: all 2 criteria pass"}
+    assert write_back(prd, {"US-001": False, "US-002": True}, tmp_path / "s.json",
+                      notes=notes) == ["US-001", "US-002"]
+    assert prd.read_text("utf-8") == JSONC_NOTES.replace(
+        '"keep this // not a comment"', f'"keep this // not a comment\\n{NOTE}"').replace(
+        '"passes": true}', '"passes": true, "notes": "pytest-ralph: all 2 criteria pass"}')
+    assert not (tmp_path / "s.json").exists()
+
+
+YAML_NOTES = """# The PRD
+userStories:
+  - id: US-001   # first
+    acceptanceCriteria: [a]
+    passes: false
+    notes: |
+      human text
+      pytest-ralph: old
+  - id: US-002
+    acceptanceCriteria: [b]
+"""
+
+
+@pytest.mark.parametrize("name", ["prd.yaml", "prd.yml"])
+def test_yaml_notes_go_to_the_sidecar_only(tmp_path: Path, name: str) -> None:
+    prd = tmp_path / name
+    prd.write_text(YAML_NOTES, encoding="utf-8")
+    sidecar = tmp_path / "state" / "passes.json"
+    notes = {"US-001": NOTE, "US-002": "pytest-ralph: the 1 criterion passes"}
+    assert write_back(prd, {"US-001": True, "US-002": True}, sidecar,
+                      notes=notes) == ["US-001", "US-002"]
+    # Only the passes word changed; the notes block is as it was.
+    assert prd.read_text("utf-8") == YAML_NOTES.replace("passes: false", "passes: true")
+    assert json.loads(sidecar.read_text("utf-8")) == {
+        "prd": str(prd), "passes": {"US-002": True}, "notes": notes}
+    # Nothing new: neither file is written again.
+    mtimes = _age(prd), _age(sidecar)
+    assert write_back(prd, {"US-001": True, "US-002": True}, sidecar, notes=notes) == []
+    assert (prd.stat().st_mtime_ns, sidecar.stat().st_mtime_ns) == mtimes
+
+
+def test_old_sidecar_without_notes_is_read_and_kept(tmp_path: Path) -> None:
+    prd = tmp_path / "prd.yaml"
+    prd.write_text(YAML_NO_PASSES, encoding="utf-8")
+    sidecar = tmp_path / "passes.json"
+    sidecar.write_text(json.dumps({"prd": str(prd), "passes": {"US-001": True}}), "utf-8")
+    assert write_back(prd, {"US-001": True}, sidecar, notes={"US-001": NOTE}) == ["US-001"]
+    assert json.loads(sidecar.read_text("utf-8")) == {
+        "prd": str(prd), "passes": {"US-001": True}, "notes": {"US-001": NOTE}}
+
+
+def test_unchanged_results_write_nothing(tmp_path: Path) -> None:
+    prd = tmp_path / "prd.json"
+    _write(prd, _prd())
+    results = CheckResults((_r("US-001", "AC1", "passed"), _r("US-002", "AC1", "failed")))
+    sidecar = tmp_path / "s.json"
+    assert write_back(prd, story_verdicts(results), sidecar,
+                      notes=story_notes(results)) == ["US-001", "US-002"]
+    before = prd.read_bytes()
+    mtime = _age(prd)
+    # The same results again (other durations): same notes, no write.
+    again = CheckResults(tuple(
+        CriterionResult(**{**c.__dict__, "duration": 9.5}) for c in results.criteria),
+        duration=42.0)
+    assert write_back(prd, story_verdicts(again), sidecar, notes=story_notes(again)) == []
+    assert prd.read_bytes() == before
+    assert prd.stat().st_mtime_ns == mtime
+    assert not sidecar.exists()
+
+
+@pytest.mark.parametrize("content", [b"{ not json", b"", b'{"userStories": {}}'])
+def test_notes_are_not_written_into_an_unparsable_file(tmp_path: Path, content: bytes) -> None:
+    prd = tmp_path / "prd.json"
+    prd.write_bytes(content)
+    sidecar = tmp_path / "s.json"
+    assert write_back(prd, {"US-001": True}, sidecar, notes={"US-001": NOTE}) == []
+    assert prd.read_bytes() == content
+    assert not sidecar.exists()
+
+
+# -- story_notes -----------------------------------------------------------------------------
+
+
+def test_story_notes() -> None:
+    results = CheckResults((
+        _r("US-001", "AC1", "passed"), _r("US-001", "AC2", "failed"),
+        _r("US-001", "AC3", "failed"),
+        _r("US-002", "AC1", "passed"), _r("US-002", "AC2", "passed", claimed=True),
+        _r("US-002", "login", "passed"),
+        _r("US-003", "AC1", "passed"),
+        _r("US-004", "AC1", "passed", claimed=True), _r("US-004", "AC2", "failed"),
+    ))
+    assert story_notes(results) == {
+        "US-001": "pytest-ralph: 1/3 criteria pass; failing: AC2, AC3",
+        "US-002": "pytest-ralph: all 3 criteria pass (1 claimed, not verified)",
+        "US-003": "pytest-ralph: the 1 criterion passes",
+        "US-004": "pytest-ralph: 1/2 criteria pass (1 claimed, not verified); failing: AC2",
+    }
+    assert story_notes(CheckResults(())) == {}
+
+
+def test_story_notes_are_bounded() -> None:
+    results = CheckResults(tuple(_r("US-001", f"check-{i:03}", "failed") for i in range(100)))
+    note = story_notes(results)["US-001"]
+    assert len(note) <= NOTE_MAX_CHARS
+    assert note.startswith("pytest-ralph: 0/100 criteria pass; failing: check-000, check-001, ")
+    shown = note.split("failing: ")[1].split(", ")
+    assert shown[-1] == f"+{100 - (len(shown) - 1)} more"
+    assert "\n" not in note
+    # An id too long to show at all: the count instead.
+    long = story_notes(CheckResults((_r("US-001", "x" * 300, "failed"),)))["US-001"]
+    assert long == "pytest-ralph: 0/1 criteria pass; failing: 1 criterion"
+
+
+def test_story_notes_skip_partly_checked_stories(tmp_path: Path) -> None:
+    path = tmp_path / "prd.json"
+    path.write_text(json.dumps({"userStories": [
+        {"id": "US-001", "title": "t", "acceptanceCriteria": ["a", "b"]},
+        {"id": "US-002", "title": "t", "acceptanceCriteria": ["c"]}]}), encoding="utf-8")
+    results = CheckResults((_r("US-001", "AC1", "passed"), _r("US-002", "AC1", "failed")))
+    prd = load_prd(path)
+    assert story_notes(results, prd) == {"US-002": "pytest-ralph: 0/1 criteria pass; failing: AC1"}
+    assert set(story_notes(results, prd)) == set(story_verdicts(results, prd))
+
+
+# -- the loop --------------------------------------------------------------------------------
+
+
+def test_the_loop_writes_notes_into_the_prd(pytester: pytest.Pytester,
+                                            write_prd: Callable[..., Path]) -> None:
+    (pytester.path / "a.txt").write_text("x")
+    human = story("US-001", {"text": "a.txt exists", "run": "test -f a.txt"},
+                  {"text": "never.txt exists", "run": "test -f never.txt"})
+    human["notes"] = 'Ana: "never.txt" is hard\nsee ticket #12'
+    claimed = story("US-002", "It feels fast", passes=True)
+    path = write_prd(human, claimed)
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass",
+                                           "--ralph-max-iterations", "1")
+    assert result.ret == 1, result.stdout.str()
+    stories = json.loads(path.read_text())["userStories"]
+    assert [s["notes"] for s in stories] == [
+        'Ana: "never.txt" is hard\nsee ticket #12\n'
+        "pytest-ralph: 1/2 criteria pass; failing: AC2",
+        "pytest-ralph: the 1 criterion passes (1 claimed, not verified)"]
+    assert [s["passes"] for s in stories] == [False, True]
+    assert not (pytester.path / ".pytest_ralph" / "passes.json").exists()
