@@ -1,0 +1,638 @@
+"""Unit tests of pytest_ralph.history: the SQLite run history (real database files)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ralph import history as history_module
+from pytest_ralph.agent import AgentRun
+from pytest_ralph.history import (
+    AGENT_OUTCOMES,
+    RESUMABLE,
+    RUN_STATUSES,
+    SCHEMA_VERSION,
+    History,
+    HistoryError,
+    NoHistory,
+)
+from pytest_ralph.oracle import Change
+from pytest_ralph.results import CheckResults, CriterionResult
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 11, 29, 23, 57, 28, 834000, tzinfo=UTC)
+RUN = "20261129-235728-834fa6"
+HOST = "test-host"
+HUGE = "E   " + "x" * 1_000_000 + " ✓"
+
+
+def _crit(story: str, crit: str, outcome: str = "passed", message: str = "",
+          **kw: Any) -> CriterionResult:
+    return CriterionResult(nodeid=f"prd.json::{story}::{crit}", story=story, criterion=crit,
+                           text=f"text of {crit}", kind="run", outcome=outcome, message=message,
+                           **kw)
+
+
+def _results(*criteria: CriterionResult, errors: tuple[str, ...] = (),
+             exitstatus: int = 1) -> CheckResults:
+    return CheckResults(tuple(criteria), errors, exitstatus, 2.5, extra={"prd": "/p/prd.json"})
+
+
+def _agent(tmp_path: Path, n: int, outcome: str = "ok", exit_code: int | None = 0
+           ) -> AgentRun:
+    return AgentRun(("claude", "-p", f"/state/iteration-{n:03d}/prompt.md"), outcome, exit_code,
+                    12.25 * n, tmp_path / f"agent-{n}.log", f"tail of run {n} ünïcode")
+
+
+def _begin(h: History, run_id: str = RUN, *, started: dt.datetime = T0, pid: int | None = 4242,
+           hostname: str = HOST, prd: str = "/w/prd.json") -> None:
+    h.begin_run(run_id, prd=Path(prd), rootdir=Path("/w"), argv=["claude", "-p"],
+                settings={"max_iterations": 10, "dir": Path("/w/.pytest_ralph"),
+                          "story": ("US-001",)},
+                started=started, pid=pid, hostname=hostname)
+
+
+def _record(h: History, n: int, results: CheckResults, agent: AgentRun | None = None,
+            run_id: str = RUN, **kw: Any) -> None:
+    args: dict[str, Any] = {
+        "story": "US-001" if n else "", "started": T0 + dt.timedelta(minutes=n),
+        "finished": T0 + dt.timedelta(minutes=n, seconds=30), "results": results,
+        "agent": agent, "fingerprint": results.fingerprint, "streak": n, "error_streak": 0,
+        "regressions": (), "flaky": (), "changes": ()}
+    args.update(kw)
+    h.record_iteration(run_id, n, **args)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "ralph.db"
+
+
+def _count(conn: sqlite3.Connection, table: str) -> int:
+    return int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+
+# -- schema and constraints ------------------------------------------------------------------
+
+
+def test_new_database_has_schema_wal_and_foreign_keys(db: Path) -> None:
+    with History.open(db) as h:
+        conn = h.connection
+        assert h.schema_version == SCHEMA_VERSION
+        assert h.journal_mode == "wal"
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == history_module.APPLICATION_ID
+        tables = {r[0]: r[1] for r in conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'table'")}
+        for name in ("meta", "runs", "iterations", "agent_runs", "criterion_results", "events"):
+            assert name in tables
+            if sqlite3.sqlite_version_info >= (3, 37, 0):
+                assert tables[name].rstrip().endswith("STRICT")
+        meta = dict(conn.execute("SELECT key, value FROM meta"))
+        assert meta["schema_version"] == str(SCHEMA_VERSION)
+        assert meta["created_by"].startswith("pytest-ralph ")
+
+
+def _raw_run(conn: sqlite3.Connection, run_id: str, status: str = "running",
+             cancel: int = 0) -> None:
+    conn.execute("INSERT INTO runs (id, prd, rootdir, agent_argv, settings, status, started, "
+                 "updated, cancel_requested) VALUES (?, 'p', 'r', '[]', '{}', ?, 't', 't', ?)",
+                 (run_id, status, cancel))
+
+
+def _raw_iteration(conn: sqlite3.Connection, run_id: str, n: int) -> None:
+    conn.execute("INSERT INTO iterations (run_id, n, started, finished, passing, total, "
+                 "exitstatus, check_duration, fingerprint, streak, error_streak) "
+                 "VALUES (?, ?, ?, ?, 0, 1, 1, 0.0, 'f', 0, 0)",
+                 (run_id, n, T0.isoformat(), T0.isoformat()))
+
+
+def test_check_constraints_are_enforced_by_sqlite(db: Path) -> None:
+    with History.open(db) as h:
+        conn = h.connection
+        for i, status in enumerate(RUN_STATUSES):  # the frozen SQL matches the tuples
+            _raw_run(conn, f"ok-{i}", status)
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            _raw_run(conn, "bad", "finished")
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            _raw_run(conn, "bad", "running", cancel=2)
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+            _raw_iteration(conn, "no-such-run", 0)
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            _raw_iteration(conn, "ok-0", -1)
+        _raw_iteration(conn, "ok-0", 1)
+        for outcome in AGENT_OUTCOMES:
+            conn.execute("DELETE FROM agent_runs")
+            conn.execute("INSERT INTO agent_runs (run_id, n, argv, duration, outcome) "
+                         "VALUES ('ok-0', 1, '[]', 1.0, ?)", (outcome,))
+        conn.execute("DELETE FROM agent_runs")
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute("INSERT INTO agent_runs (run_id, n, argv, duration, outcome) "
+                         "VALUES ('ok-0', 1, '[]', 1.0, 'exploded')")
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+            conn.execute("INSERT INTO agent_runs (run_id, n, argv, duration, outcome) "
+                         "VALUES ('ok-0', 7, '[]', 1.0, 'ok')")
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute("INSERT INTO criterion_results (run_id, n, pos, story, criterion, "
+                         "nodeid, text, kind, outcome) "
+                         "VALUES ('ok-0', 1, 0, 'S', 'C', 'x', 't', 'run', 'skipped')")
+        if sqlite3.sqlite_version_info >= (3, 37, 0):  # STRICT: types are enforced
+            with pytest.raises(sqlite3.IntegrityError, match="cannot store TEXT"):
+                conn.execute("UPDATE runs SET pid = 'abc' WHERE id = 'ok-0'")
+        # ON DELETE CASCADE: a run takes its iterations with it
+        conn.execute("DELETE FROM runs WHERE id = 'ok-0'")
+        assert _count(conn, "iterations") == 0
+
+
+def test_api_rejects_unknown_values_before_writing(db: Path, tmp_path: Path) -> None:
+    with History.open(db) as h:
+        _begin(h)
+        with pytest.raises(ValueError, match="unknown run status 'done'"):
+            h.set_status(RUN, "done")
+        with pytest.raises(ValueError, match="cannot finish a run with status 'running'"):
+            h.finish_run(RUN, "running", 0, "", T0)
+        with pytest.raises(ValueError, match="unknown agent outcome"):
+            _record(h, 1, _results(_crit("S", "C")), _agent(tmp_path, 1, "weird"))
+        with pytest.raises(ValueError, match="S::C: unknown outcome 'skipped'"):
+            _record(h, 1, _results(_crit("S", "C", "skipped")))
+        with pytest.raises(KeyError, match="no run 'nope'"):
+            h.finish_run("nope", "complete", 0, "", T0)
+        with pytest.raises(KeyError):
+            h.set_status("nope", "running")
+        with pytest.raises(sqlite3.IntegrityError):  # begin_run twice
+            _begin(h)
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+            _record(h, 0, _results(_crit("S", "C")), run_id="nope")
+        assert _count(h.connection, "iterations") == 0
+
+
+# -- round trip ------------------------------------------------------------------------------
+
+
+def test_round_trip_of_a_run_with_three_iterations(db: Path, tmp_path: Path) -> None:
+    baseline = _results(_crit("US-001", "AC1", "failed", "E   assert 1 == 2", duration=0.25),
+                        _crit("US-001", "login-ok", "failed", "ünïcode ✓ 日本語\n\x1b[31mred"),
+                        _crit("US-002", "AC1", "passed", "claimed, not verified", claimed=True),
+                        errors=("collection error: boom",))
+    first = _results(_crit("US-001", "AC1", "passed", duration=1.5),
+                     _crit("US-001", "login-ok", "failed", HUGE),
+                     _crit("US-002", "AC1", "failed", "regressed"))
+    second = _results(_crit("US-001", "AC1"), _crit("US-001", "login-ok"),
+                      _crit("US-002", "AC1", claimed=True), exitstatus=0)
+    change = Change("file tests/test_login.py", "changed", ("US-001::AC1", "US-001::login-ok"))
+    with History.open(db) as h:
+        _begin(h)
+        _record(h, 0, baseline)
+        _record(h, 1, first, _agent(tmp_path, 1, "exit-nonzero", 3), regressions=("US-002::AC1",),
+                flaky=("US-001::AC1",), changes=(change,), error_streak=1)
+        _record(h, 2, second, _agent(tmp_path, 2, "timeout", None))
+        h.add_event(RUN, "note", "ünïcode note ✓", n=2)
+        h.finish_run(RUN, "complete", 0, "every criterion passes", T0 + dt.timedelta(hours=1))
+
+    with History.open(db, readonly=True) as r:
+        run = r.run(RUN)
+        assert run is not None
+        assert run == r.last_run() == r.last_run(Path("/w/prd.json"))
+        assert r.last_run(Path("/elsewhere/prd.json")) is None
+        assert (run.id, run.prd, run.rootdir, run.argv) == (RUN, Path("/w/prd.json"),
+                                                            Path("/w"), ("claude", "-p"))
+        assert run.settings == {"max_iterations": 10, "dir": "/w/.pytest_ralph",
+                                "story": ["US-001"]}
+        assert (run.status, run.exit_code, run.reason) == ("complete", 0,
+                                                           "every criterion passes")
+        assert run.started == T0 and run.started.tzinfo is not None
+        assert run.finished == T0 + dt.timedelta(hours=1)
+        assert run.updated.tzinfo is not None
+        assert (run.pid, run.hostname, run.cancel_requested) == (4242, HOST, False)
+        assert not run.resumable
+
+        its = r.iterations(RUN)
+        assert [it.n for it in its] == [0, 1, 2]
+        assert [it.results for it in its] == [baseline, first, second]
+        assert its[1].results.criteria[1].message == HUGE
+        assert its[0].results.criteria[1].message == "ünïcode ✓ 日本語\n\x1b[31mred"
+        assert its[0].results.errors == ("collection error: boom",)
+        assert its[0].agent is None
+        assert [(it.passing, it.total) for it in its] == [(1, 3), (1, 3), (3, 3)]
+        assert its[1].agent is not None and its[2].agent is not None
+        assert its[1].agent.to_agent_run() == _agent(tmp_path, 1, "exit-nonzero", 3)
+        assert its[2].agent.outcome == "timeout" and its[2].agent.exit_code is None
+        assert its[2].agent.duration == 24.5
+        assert its[1].regressions == ("US-002::AC1",) and its[1].flaky == ("US-001::AC1",)
+        assert its[1].changes == (change,)
+        assert (its[1].streak, its[1].error_streak, its[1].story) == (1, 1, "US-001")
+        assert its[1].fingerprint == first.fingerprint
+        assert its[2].started == T0 + dt.timedelta(minutes=2)
+        assert its[2].finished == T0 + dt.timedelta(minutes=2, seconds=30)
+
+        assert r.iteration(RUN, 1) == its[1]
+        assert r.iteration(RUN, 9) is None
+        light = r.iterations(RUN, with_criteria=False)
+        assert [it.results.criteria for it in light] == [(), (), ()]
+        assert [(it.passing, it.total) for it in light] == [(1, 3), (1, 3), (3, 3)]
+        assert r.passed_keys(RUN) == {"US-001::AC1", "US-001::login-ok", "US-002::AC1"}
+        assert r.iterations("nope") == [] and r.run("nope") is None
+
+        events = r.events(RUN)
+        assert [(e.kind, e.n) for e in events] == [("status", None), ("note", 2),
+                                                   ("status", None)]
+        assert events[0].message == f"running (pid 4242 on {HOST})"
+        assert events[1].message == "ünïcode note ✓"
+        assert events[2].message == "complete (exit 0): every criterion passes"
+        assert all(e.time.tzinfo is not None for e in events)
+
+
+def test_last_run_is_the_latest_started(db: Path) -> None:
+    with History.open(db) as h:
+        _begin(h, "b", started=T0 + dt.timedelta(hours=1), prd="/w/b.json")
+        _begin(h, "a", started=T0, prd="/w/a.json")
+        _begin(h, "c", started=(T0 - dt.timedelta(days=1)).replace(tzinfo=None))  # naive: UTC
+        latest = h.last_run()
+        assert latest is not None and latest.id == "b"
+        by_prd = h.last_run(Path("/w/a.json"))
+        assert by_prd is not None and by_prd.id == "a"
+        c = h.run("c")
+        assert c is not None and c.started == T0 - dt.timedelta(days=1)
+        assert [r.id for r in h.runs()] == ["b", "a", "c"]
+        assert [r.id for r in h.runs(limit=1)] == ["b"]
+
+
+def test_resume_puts_a_run_back_to_running(db: Path) -> None:
+    with History.open(db) as h:
+        _begin(h)
+        h.finish_run(RUN, "interrupted", 2, "Ctrl-C", T0 + dt.timedelta(minutes=5))
+        run = h.run(RUN)
+        assert run is not None and run.resumable and run.finished is not None
+        assert set(RESUMABLE) <= set(RUN_STATUSES)
+        h.set_status(RUN, "running", "resumed", pid=777, hostname="other")
+        run = h.run(RUN)
+        assert run is not None
+        assert (run.status, run.finished, run.exit_code, run.pid, run.hostname, run.reason) == (
+            "running", None, None, 777, "other", "resumed")
+        assert [e.message for e in h.events(RUN)][-1] == "running: resumed"
+
+
+# -- readers and writers ---------------------------------------------------------------------
+
+
+def test_reader_never_blocks_and_is_never_blocked(db: Path) -> None:
+    with History.open(db) as w:
+        _begin(w)
+        _record(w, 0, _results(_crit("S", "C", "failed", "boom")))
+        # The writer holds an open write transaction with an uncommitted iteration.
+        w.connection.execute("BEGIN IMMEDIATE")
+        _raw_iteration(w.connection, RUN, 1)
+        start = time.perf_counter()
+        with History.open(db, readonly=True) as r:
+            run = r.last_run()
+            its = r.iterations(RUN)
+            events = r.events(RUN)
+            elapsed = time.perf_counter() - start
+            assert run is not None and run.status == "running"
+            assert [it.n for it in its] == [0]  # committed data only
+            assert events
+            assert elapsed < 1.0, elapsed
+            w.connection.execute("COMMIT")
+            assert [it.n for it in r.iterations(RUN)] == [0, 1]
+
+            # A reader in the middle of a read transaction does not hold up the writer.
+            r.connection.execute("BEGIN")
+            r.connection.execute("SELECT count(*) FROM iterations").fetchone()
+            start = time.perf_counter()
+            _record(w, 2, _results(_crit("S", "C")))
+            w.set_status(RUN, "running", "still")
+            assert time.perf_counter() - start < 1.0
+            # ... and keeps its snapshot until it ends.
+            assert r.connection.execute("SELECT count(*) FROM iterations").fetchone()[0] == 2
+            r.connection.execute("COMMIT")
+            assert [it.n for it in r.iterations(RUN)] == [0, 1, 2]
+
+            with pytest.raises(HistoryError, match="open read-only"):
+                r.add_event(RUN, "x", "y")
+            with pytest.raises(sqlite3.OperationalError, match=r"readonly|read-only"):
+                r.connection.execute("DELETE FROM events")
+
+
+def test_readonly_never_creates(db: Path) -> None:
+    with pytest.raises(NoHistory, match="does not exist"):
+        History.open(db, readonly=True)
+    assert not db.exists()
+    db.write_bytes(b"")
+    with pytest.raises(NoHistory, match="is empty"):
+        History.open(db, readonly=True)
+    assert db.read_bytes() == b""
+
+
+def test_second_writer_from_another_terminal(db: Path) -> None:
+    """`--ralph-cancel` opens the history for writing while the loop has it open."""
+    with History.open(db) as loop:
+        _begin(loop)
+        with History.open(db) as other:
+            assert other.request_cancel(RUN) is True
+            assert other.request_cancel(RUN) is False
+        assert loop.cancel_requested(RUN) is True
+        _record(loop, 0, _results(_crit("S", "C")))
+
+
+# -- cancel and crash ------------------------------------------------------------------------
+
+
+def test_cancel_is_idempotent(db: Path) -> None:
+    with History.open(db) as h:
+        _begin(h)
+        assert h.cancel_requested(RUN) is False
+        assert h.request_cancel(RUN) is True
+        assert h.request_cancel(RUN) is False
+        assert h.request_cancel(RUN) is False
+        assert h.cancel_requested(RUN) is True
+        # a status change (the loop ending, a resume) does not clear it
+        h.finish_run(RUN, "cancelled", 2, "cancelled by --ralph-cancel", T0)
+        h.set_status(RUN, "running")
+        assert h.cancel_requested(RUN) is True
+        assert [e.kind for e in h.events(RUN)].count("cancel-requested") == 1
+        assert h.clear_cancel(RUN) is True
+        assert h.clear_cancel(RUN) is False
+        assert h.cancel_requested(RUN) is False
+        run = h.run(RUN)
+        assert run is not None and run.cancel_requested is False
+        with pytest.raises(KeyError):
+            h.request_cancel("nope")
+        with pytest.raises(KeyError):
+            h.cancel_requested("nope")
+
+
+def test_mark_crashed_if_dead(db: Path) -> None:
+    with History.open(db) as h:
+        _begin(h, "alive", pid=100)
+        _begin(h, "dead", pid=200)
+        _begin(h, "no-pid", pid=None)
+        _begin(h, "elsewhere", pid=200, hostname="other-host")
+        _begin(h, "done", pid=200)
+        h.finish_run("done", "complete", 0, "", T0)
+        seen: list[int] = []
+
+        def is_alive(pid: int) -> bool:
+            seen.append(pid)
+            return pid == 100
+
+        assert sorted(h.mark_crashed_if_dead(is_alive, hostname=HOST)) == ["dead", "no-pid"]
+        assert sorted(seen) == [100, 200]
+        statuses = {r.id: r.status for r in h.runs()}
+        assert statuses == {"alive": "running", "dead": "crashed", "no-pid": "crashed",
+                            "elsewhere": "running", "done": "complete"}
+        dead = h.run("dead")
+        assert dead is not None and dead.resumable
+        assert dead.reason == f"the loop process (pid 200 on {HOST}) ended without finishing " \
+                              "the run"
+        assert h.events("dead")[-1].message.startswith("crashed: the loop process")
+        assert h.mark_crashed_if_dead(is_alive, hostname=HOST) == []
+
+
+def test_killed_writer_loses_only_the_open_transaction(db: Path, tmp_path: Path) -> None:
+    """A loop killed in the middle of an iteration's transaction keeps every committed one."""
+    script = textwrap.dedent(f"""
+        import datetime as dt, os
+        from pathlib import Path
+        from pytest_ralph.history import History
+        from pytest_ralph.results import CheckResults, CriterionResult
+        t = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+        h = History.open(Path({str(db)!r}))
+        h.begin_run("r", prd=Path("p"), rootdir=Path("."), argv=["a"], settings={{}},
+                    started=t, pid=os.getpid(), hostname="h")
+        res = CheckResults(tuple(CriterionResult("n", "S", f"C{{i}}", "t", "run", "failed")
+                                 for i in range(100)))
+        for n in range(2):
+            h.record_iteration("r", n, story="", started=t, finished=t, results=res,
+                               agent=None, fingerprint="f", streak=n, error_streak=0,
+                               regressions=(), flaky=(), changes=())
+        h.connection.execute("BEGIN IMMEDIATE")
+        h.connection.execute("INSERT INTO iterations (run_id, n, started, finished, passing, "
+                             "total, exitstatus, check_duration, fingerprint, streak, "
+                             "error_streak) VALUES ('r', 2, 't', 't', 0, 1, 1, 0, 'f', 0, 0)")
+        os._exit(9)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 9, proc.stderr
+    with History.open(db) as h:
+        assert [it.n for it in h.iterations("r")] == [0, 1]
+        assert _count(h.connection, "criterion_results") == 200
+        assert h.mark_crashed_if_dead(lambda pid: False, hostname="h") == ["r"]
+
+
+# -- atomicity and speed ---------------------------------------------------------------------
+
+
+def test_record_iteration_is_atomic(db: Path, tmp_path: Path) -> None:
+    dup = _results(*(_crit("S", f"C{i}") for i in range(50)), _crit("S", "C7", "failed"))
+    with History.open(db) as h:
+        _begin(h)
+        before = h.run(RUN)
+        with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+            _record(h, 1, dup, _agent(tmp_path, 1))
+        conn = h.connection
+        assert not conn.in_transaction
+        for table in ("iterations", "agent_runs", "criterion_results"):
+            assert _count(conn, table) == 0, table
+        assert h.run(RUN) == before
+        # the same iteration recorded properly afterwards
+        _record(h, 1, _results(_crit("S", "C0")), _agent(tmp_path, 1))
+        with pytest.raises(sqlite3.IntegrityError):  # never twice
+            _record(h, 1, _results(_crit("S", "C0")), _agent(tmp_path, 1))
+        assert (_count(conn, "iterations"), _count(conn, "agent_runs"),
+                _count(conn, "criterion_results")) == (1, 1, 1)
+
+
+def test_twenty_thousand_criteria_in_one_iteration(db: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    results = _results(*(_crit(f"US-{i // 20:04d}", f"AC{i % 20}",
+                               "failed" if i % 3 else "passed",
+                               f"E   assert {i} == 0 ✗" if i % 3 else "",
+                               duration=0.01 * (i % 7)) for i in range(20_000)))
+    with History.open(db) as h:
+        _begin(h)
+        start = time.perf_counter()
+        _record(h, 1, results, _agent(tmp_path, 1))
+        write = time.perf_counter() - start
+        start = time.perf_counter()
+        it = h.iteration(RUN, 1)
+        read = time.perf_counter() - start
+    assert it is not None and it.results == results
+    with capsys.disabled():
+        print(f"\n20,000 criterion results: write {write:.3f} s, read {read:.3f} s")
+    assert write < 10 and read < 10
+
+
+# -- damage ----------------------------------------------------------------------------------
+
+
+def _aside(db: Path) -> list[Path]:
+    """The moved-aside databases (without their -wal / -shm companions)."""
+    return sorted(p for p in db.parent.glob(f"{db.name}.damaged-*")
+                  if not p.name.endswith(("-wal", "-shm", "-journal")))
+
+
+def test_garbage_file_is_moved_aside(db: Path) -> None:
+    garbage = bytes(range(256)) * 40
+    db.write_bytes(garbage)
+    with pytest.raises(HistoryError, match="not a SQLite database") as err:
+        History.open(db, readonly=True)  # a reader only reports it
+    assert "the next `pytest --ralph` moves it aside" in str(err.value)
+    assert db.read_bytes() == garbage and not _aside(db)
+
+    with pytest.raises(HistoryError, match="not a SQLite database") as err:
+        History.open(db)
+    (moved,) = _aside(db)
+    assert moved.read_bytes() == garbage
+    assert not db.exists()
+    assert f"moved to {moved}" in str(err.value)
+    assert "the next `pytest --ralph` starts a new history" in str(err.value)
+    with History.open(db) as h:  # the next run starts a new history
+        _begin(h)
+    assert _aside(db) == [moved]
+
+
+def test_truncated_database_is_moved_aside_with_its_wal(db: Path) -> None:
+    with History.open(db) as h:
+        _begin(h)
+        for n in range(5):
+            _record(h, n, _results(*(_crit("S", f"C{i}", "failed", "m" * 500)
+                                     for i in range(200))))
+    data = db.read_bytes()
+    assert len(data) > 100_000
+    db.write_bytes(data[:len(data) // 2])
+    stale_wal = db.with_name(db.name + "-wal")
+    stale_wal.write_bytes(b"stale wal")
+    with pytest.raises(HistoryError, match="damaged") as err:
+        History.open(db)
+    (moved,) = _aside(db)
+    assert moved.read_bytes() == data[:len(data) // 2]
+    assert moved.with_name(moved.name + "-wal").read_bytes() == b"stale wal"
+    assert not db.exists() and not stale_wal.exists()
+    assert str(moved) in str(err.value)
+    with History.open(db) as h:
+        assert h.last_run() is None
+
+
+def test_damaged_names_do_not_collide(db: Path) -> None:
+    for _ in range(3):
+        db.write_bytes(b"not a database at all, not even close" * 10)
+        with pytest.raises(HistoryError):
+            History.open(db)
+    assert len(_aside(db)) == 3
+
+
+def test_zero_byte_file_is_a_new_history(db: Path) -> None:
+    db.write_bytes(b"")
+    with History.open(db) as h:
+        assert h.schema_version == SCHEMA_VERSION
+        _begin(h)
+    assert not _aside(db)
+
+
+def test_newer_schema_is_an_error_and_left_alone(db: Path) -> None:
+    with History.open(db) as h:
+        _begin(h)
+        h.connection.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    data = db.read_bytes()
+    for readonly in (False, True):
+        with pytest.raises(HistoryError) as err:
+            History.open(db, readonly=readonly)
+        assert str(err.value) == (
+            f"{db} was written by a newer pytest-ralph (schema 99, this version reads up to "
+            f"{SCHEMA_VERSION}); upgrade pytest-ralph, or move {db} aside to start a new "
+            "history")
+    assert db.read_bytes() == data and not _aside(db)
+
+
+def test_another_programs_database_is_an_error_and_left_alone(db: Path) -> None:
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.execute("INSERT INTO users (name) VALUES ('ada')")
+    conn.commit()
+    conn.close()
+    data = db.read_bytes()
+    for readonly in (False, True):
+        with pytest.raises(HistoryError, match="not a pytest-ralph run history") as err:
+            History.open(db, readonly=readonly)
+        assert "its tables: users" in str(err.value) and str(db) in str(err.value)
+        assert "move it aside" in str(err.value)
+    assert db.read_bytes() == data and not _aside(db)
+
+
+# -- migrations ------------------------------------------------------------------------------
+
+
+def test_reopening_is_idempotent(db: Path) -> None:
+    with History.open(db) as h:
+        _begin(h)
+        meta = dict(h.connection.execute("SELECT key, value FROM meta"))
+    for _ in range(2):
+        with History.open(db) as h:
+            assert dict(h.connection.execute("SELECT key, value FROM meta")) == meta
+            assert h.run(RUN) is not None
+
+
+def _add_color(conn: sqlite3.Connection, strict: bool) -> None:
+    conn.execute("ALTER TABLE runs ADD COLUMN color TEXT NOT NULL DEFAULT 'blue'")
+
+
+def test_migrations_apply_forward(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with History.open(db) as h:
+        _begin(h)
+    monkeypatch.setattr(history_module, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(history_module, "MIGRATIONS", [*history_module.MIGRATIONS, _add_color])
+    with History.open(db) as h:
+        assert h.schema_version == 2
+        assert h.connection.execute("SELECT color FROM runs").fetchall() == [("blue",)]
+        assert h.run(RUN) is not None
+
+
+def test_a_failed_migration_changes_nothing(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with History.open(db) as h:
+        _begin(h)
+
+    def half(conn: sqlite3.Connection, strict: bool) -> None:
+        _add_color(conn, strict)
+        conn.execute("CREATE TABLE broken (")  # syntax error after a first change
+
+    monkeypatch.setattr(history_module, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(history_module, "MIGRATIONS", [*history_module.MIGRATIONS, half])
+    with pytest.raises(HistoryError, match="cannot open"):
+        History.open(db)
+    monkeypatch.undo()
+    with History.open(db) as h:
+        assert h.schema_version == 1
+        columns = [r[1] for r in h.connection.execute("PRAGMA table_info(runs)")]
+        assert "color" not in columns
+
+
+def test_plain_tables_when_sqlite_is_older_than_3_37(db: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(history_module, "_strict_supported", lambda: False)
+    with History.open(db) as h:
+        sql = [r[0] for r in h.connection.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name <> 'sqlite_sequence'")]
+        assert sql and not any("STRICT" in s for s in sql)
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            _raw_run(h.connection, "bad", "finished")
+        _begin(h)
+        _record(h, 0, _results(_crit("S", "C")))
+        assert [it.n for it in h.iterations(RUN)] == [0]
+
+
+def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "no" / "such" / "ralph.db"
+    with pytest.raises(HistoryError, match=f"cannot open the run history {path}"):
+        History.open(path)
+    assert not path.parent.exists()
