@@ -147,7 +147,8 @@ def run_agent(
     with log_path.open("w+b") as log:
         try:
             finished = run_in_group(full, cwd=cwd, output=log, timeout=timeout,
-                                    input=prompt.encode("utf-8"), env=run_env)
+                                    input=prompt.encode("utf-8"), env=run_env,
+                                    watchdog=True)
         except (FileNotFoundError, PermissionError) as exc:
             log.write(f"pytest-ralph: cannot start the agent: {exc}\n".encode())
             return AgentRun(tuple(full), "not-found", None, 0.0, log_path, str(exc))

@@ -1,10 +1,15 @@
 """The check phase: check every criterion in a fresh child pytest.
 
-The controller never imports project code: each phase runs
-``python -m pytest <prd> --ralph-results <file>`` in the rootdir and reads the
-results file (:mod:`pytest_ralph.results`). The child's terminal output is kept
-in ``check.log`` and its JUnit XML in ``check.xml`` beside the results; each item's
-``ralph_story``, ``ralph_criterion`` and ``ralph_kind`` are JUnit properties.
+The controller never imports project code: each phase runs a child pytest,
+``<python> -c <PYTEST_LAUNCHER> <prd> --ralph-results <file>`` (like ``python -m pytest``, see
+:data:`PYTEST_LAUNCHER`), in the rootdir and reads the results file
+(:mod:`pytest_ralph.results`). The child's terminal output is kept in ``check.log`` and its
+JUnit XML in ``check.xml`` beside the results; each item's ``ralph_story``,
+``ralph_criterion`` and ``ralph_kind`` are JUnit properties.
+
+Every Python process of a phase keeps its bytecode in a private folder, made for the phase
+and removed after it (:func:`private_bytecode`): ``.pyc`` files planted in the project's
+``__pycache__`` folders, including pytest's assertion-rewrite cache, are never loaded.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import contextlib
 import os
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -26,6 +32,92 @@ CHILD_ENV = "PYTEST_RALPH_CHILD"
 
 #: Seconds the child pytest gets, after SIGTERM, to stop the commands it runs.
 CHILD_GRACE_SECONDS = 10.0
+
+#: CPython's environment variable: the folder where ``.pyc`` files are read and written
+#: instead of the ``__pycache__`` folders beside the sources (``sys.pycache_prefix``).
+PYCACHE_PREFIX_ENV = "PYTHONPYCACHEPREFIX"
+
+#: Prefix of the name of a private bytecode folder (in the system's temporary folder).
+PYCACHE_DIR_PREFIX = "pytest-ralph-pycache-"
+
+#: Source run by ``python -c`` instead of ``python -m pytest``, with the same arguments.
+#:
+#: ``python -m pytest`` puts the working directory (the rootdir) first on ``sys.path`` before it
+#: imports pytest, so a ``pytest.py`` or ``pytest/`` there (or ``_pytest``, ``pluggy``, or a
+#: plugin such as ``pytest_ralph``) would stand in for the real one and report whatever it
+#: likes. The launcher removes every ``sys.path`` entry that is the working directory, imports
+#: pytest, and keeps the working directory last while pytest loads its plugins (a ``-p`` plugin
+#: that lives only in the rootdir still imports); just before the first ``conftest.py`` files
+#: load (hook ``pytest_load_initial_conftests``, tryfirst) it moves it to where
+#: ``python -m pytest`` has it, ahead of the interpreter's own entries, so that tests and
+#: conftests import rootdir modules as they would under ``python -m pytest``. When
+#: ``sys.path`` had no such entry (``PYTHONSAFEPATH``, Python 3.11+) none is added, as with
+#: ``-m``. ``sys.argv[0]`` is pytest's ``__main__.py``, and usage errors name
+#: ``python -m pytest``; the exit status is pytest's.
+PYTEST_LAUNCHER = """\
+import os, sys
+
+
+def _launch():
+    cwd = os.getcwd()
+    real = os.path.realpath(cwd)
+
+    def is_cwd(entry):
+        try:
+            return os.path.realpath(entry or os.curdir) == real
+        except (TypeError, ValueError, OSError):
+            return False
+
+    kept = [p for p in sys.path if not is_cwd(p)]
+    add = len(kept) < len(sys.path)
+    sys.path[:] = kept
+    anchor = sys.path[0] if sys.path else None
+    import pytest
+    if add:
+        sys.path.append(cwd)
+
+    class RootdirFirst:
+        def pytest_addoption(self, parser):
+            try:
+                parser.prog = "python -m pytest"
+            except Exception:
+                pass
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_load_initial_conftests(self):
+            if not add:
+                return
+            for i in range(len(sys.path) - 1, -1, -1):
+                if sys.path[i] == cwd:
+                    del sys.path[i]
+                    break
+            at = sys.path.index(anchor) if anchor in sys.path else 0
+            sys.path.insert(at, cwd)
+
+    sys.argv[0] = os.path.join(os.path.dirname(pytest.__file__), "__main__.py")
+    code = pytest.main(plugins=[RootdirFirst()])
+    sys.stdout.flush()
+    return code
+
+
+sys.exit(_launch())
+"""
+
+
+def pytest_command(python: str) -> list[str]:
+    """The argv that starts a child pytest with ``python`` (arguments follow), like
+    ``python -m pytest`` but without letting the working directory shadow pytest or its
+    plugins (see :data:`PYTEST_LAUNCHER`)."""
+    return [python, "-c", PYTEST_LAUNCHER]
+
+
+def private_bytecode(env: dict[str, str], prefix: str) -> None:
+    """Make the Python processes started with ``env`` keep their bytecode in the folder
+    ``prefix``, never in (or from) ``__pycache__`` folders: set :data:`PYCACHE_PREFIX_ENV`, and
+    drop ``PYTHONDONTWRITEBYTECODE`` so that the private folder works as a cache (nothing is
+    written into the project either way). Changes ``env`` in place."""
+    env[PYCACHE_PREFIX_ENV] = prefix
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 @dataclass(frozen=True)
@@ -69,8 +161,8 @@ class CheckPhaseConfig:
     nodeids: tuple[str, ...] = ()
 
     def argv(self, results_path: Path, junit_path: Path | None = None) -> list[str]:
-        """The child pytest's argv."""
-        argv = [self.python, "-m", "pytest", *(self.nodeids or [str(self.prd)]),
+        """The child pytest's argv (started by :func:`pytest_command`)."""
+        argv = [*pytest_command(self.python), *(self.nodeids or [str(self.prd)]),
                 "--ralph-results", str(results_path),
                 # "." (the child runs in the rootdir): pytest expands $VARS in --rootdir.
                 "--rootdir", ".", "-p", "no:cacheprovider", "-q", "--no-header",
@@ -96,8 +188,13 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
     """Check every criterion in a child pytest; keep ``check.json`` and ``check.log`` in
     ``out_dir``.
 
-    A child that dies, times out or writes no results gives a :class:`CheckResults`
-    whose ``errors`` say so: a broken check phase is a failure, never a pass.
+    The child, and every process it starts, keeps its bytecode in a fresh private folder
+    that is removed when the phase ends (:func:`private_bytecode`).
+
+    A child that dies, times out, is killed by a signal or writes no results gives a
+    :class:`CheckResults` whose ``errors`` say so: a broken check phase is a failure, never
+    a pass. Results found after the child was killed by a signal are not used: something
+    else may have written them.
 
     Raises:
         KeyboardInterrupt: after the child's process group has been killed.
@@ -111,22 +208,30 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
     junit_path = out_dir / "check.xml"
     argv = config.argv(results_path, junit_path)
     start = time.monotonic()
-    with log_path.open("w+b") as log:
+    with tempfile.TemporaryDirectory(prefix=PYCACHE_DIR_PREFIX,
+                                     ignore_cleanup_errors=True) as pycache, \
+            log_path.open("w+b") as log:
+        private_bytecode(env, pycache)
         # The child stops its own checks' process groups on SIGTERM: give it time to.
         finished = run_in_group(argv, cwd=config.rootdir, output=log, timeout=config.timeout,
-                                env=env, grace=CHILD_GRACE_SECONDS)
+                                env=env, grace=CHILD_GRACE_SECONDS, watchdog=True)
         tail = read_tail(log, 3000).rstrip()
     duration = time.monotonic() - start
+    code = finished.returncode if finished.returncode is not None else -1
+    output = f"its output ends:\n{tail}" if tail else "it printed nothing"
     if finished.timed_out:
         results = CheckResults((), (f"the check phase took longer than {config.timeout:g} s and "
                                     f"was killed; see {log_path}",), -1)
+    elif code < 0:
+        results = CheckResults((), (f"the check phase (child pytest) was killed by signal "
+                                    f"{-code}; its results, if any, are not used; {output}",),
+                               code)
     else:
         try:
             results = read_results(results_path)
         except ValueError:
-            code = finished.returncode if finished.returncode is not None else -1
             results = CheckResults((), (f"the check phase (child pytest, exit {code}) wrote no "
-                                        f"results; its output ends:\n{tail}",), code)
+                                        f"results; {output}",), code)
     if config.junitxml is not None and junit_path.is_file():
         with contextlib.suppress(OSError):
             config.junitxml.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,8 @@ Kinds in this version:
   (and whose text must match a regular expression).
 * ``sql`` + ``db`` + ``expect``: a query on a SQLite database opened read-only.
 * ``schema`` + ``instance``: a JSON or YAML file valid against a JSON Schema.
-* ``python``: ``module:function``, passes unless it raises or returns False.
+* ``python``: ``module:function``, called in a Python process of its own; passes unless it
+  raises, returns False, ends its process or runs past the timeout.
 * text: a plain-string criterion. In this order: a command mapped to its text by ini
   ``ralph_checks`` decides it (:class:`RunCheck`); else the judge command of ini
   ``ralph_verifier`` decides it (:class:`VerifierCheck`, reported as kind ``verifier``);
@@ -18,36 +19,48 @@ Kinds in this version:
   "claimed, not verified". In strict mode every claimed criterion fails; strict mode does
   not touch criteria that a command or the verifier decides.
 
+Every process a check starts keeps its Python bytecode in a private folder, never in the
+project's ``__pycache__`` folders (:func:`pytest_ralph.checkrun.private_bytecode`): the check
+phase's folder in the loop's child, else one made for this process and removed at its exit.
+
 This module does not import pytest; :class:`pytest_ralph.collect.CriterionItem` calls it.
 """
 
 from __future__ import annotations
 
+import ast
+import atexit
 import contextlib
-import importlib
 import json
 import os
 import re
+import secrets
 import shlex
+import shutil
 import sqlite3
 import subprocess
 import sys
 import tempfile
-import traceback
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 from xml.etree import ElementTree
 
 import jsonschema
 import yaml
 
-from .checkrun import CHILD_ENV
+from .checkrun import (
+    CHILD_ENV,
+    PYCACHE_DIR_PREFIX,
+    PYCACHE_PREFIX_ENV,
+    private_bytecode,
+    pytest_command,
+)
 from .model import Criterion, Story, fold_text
 from .prd import _default_text
-from .process import read_tail, run_in_group
+from .process import Finished, read_tail, run_in_group
 
 #: Default seconds a ``run`` criterion may take before its process group is killed.
 DEFAULT_CHECK_TIMEOUT = 600.0
@@ -112,11 +125,39 @@ class Check(Protocol):
         ...
 
 
+#: The private bytecode folder of this process, once made (see :func:`_pycache_prefix`).
+_own_pycache: list[str] = []
+
+
+def _pycache_prefix() -> str:
+    """The private bytecode folder for the processes checks start: in the loop's child, the
+    check phase's (already in our environment); else a folder made on first use and removed
+    when this process exits.
+
+    Raises:
+        OSError: the folder cannot be made.
+    """
+    inherited = os.environ.get(PYCACHE_PREFIX_ENV)
+    if os.environ.get(CHILD_ENV) and inherited:
+        return inherited
+    if not _own_pycache:
+        folder = tempfile.mkdtemp(prefix=PYCACHE_DIR_PREFIX)
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _own_pycache.append(folder)
+    return _own_pycache[0]
+
+
 def _command_env() -> dict[str, str]:
     """The environment of a checked command: ours, minus the loop-child marker (a pytest the
-    command starts is an ordinary pytest)."""
+    command starts is an ordinary pytest), with Python bytecode kept in a private folder
+    (:func:`_pycache_prefix`, :func:`pytest_ralph.checkrun.private_bytecode`).
+
+    Raises:
+        OSError: the private bytecode folder cannot be made.
+    """
     env = dict(os.environ)
     env.pop(CHILD_ENV, None)
+    private_bytecode(env, _pycache_prefix())
     return env
 
 
@@ -390,8 +431,38 @@ def _not_started(shown: str, exe: str, exc: OSError, rootdir: Path) -> str:
     return f"cannot run {shown}: {exc}; expected an executable"
 
 
+class _NotStrictJSON(ValueError):
+    """Raised while reading a verifier's answer: valid for Python's ``json``, not JSON."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` that refuses a key twice in one object.
+
+    Raises:
+        _NotStrictJSON: a duplicate key (the answer would be ambiguous).
+    """
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _NotStrictJSON(f"stdout has the key {json.dumps(key)} twice in one object "
+                                 "(an ambiguous answer)")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> NoReturn:
+    """``parse_constant`` that refuses ``NaN``, ``Infinity`` and ``-Infinity``.
+
+    Raises:
+        _NotStrictJSON: always (they are not JSON).
+    """
+    raise _NotStrictJSON(f"stdout has {name}, which is not JSON")
+
+
 def _parse_verdict(answer: bytes) -> tuple[bool, str] | str:
-    """``(passed, evidence)`` from a verifier's stdout, or what is wrong with it."""
+    """``(passed, evidence)`` from a verifier's stdout, or what is wrong with it.
+
+    Strict JSON (RFC 8259): a key twice in one object, ``NaN`` and ``Infinity`` are wrong."""
     try:
         text = answer.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -399,9 +470,11 @@ def _parse_verdict(answer: bytes) -> tuple[bool, str] | str:
     if not text.strip():
         return "nothing on stdout"
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
     except RecursionError:
         return "stdout is JSON nested too deeply to read"
+    except _NotStrictJSON as exc:
+        return str(exc)
     except ValueError as exc:
         extra = isinstance(exc, json.JSONDecodeError) and exc.msg == "Extra data"
         return f"stdout is {'text after the JSON value' if extra else 'not valid JSON'} ({exc})"
@@ -429,11 +502,14 @@ def _bounded(text: str, limit: int = EVIDENCE_MAX_CHARS) -> str:
 
 @dataclass(frozen=True)
 class PytestCheck:
-    """Tests that must pass: node ids or paths run by a child ``python -m pytest``.
+    """Tests that must pass: node ids or paths run by a child pytest.
 
-    Passes when pytest exits 0 and at least one test ran and passed; no test selected
-    (exit 5), all tests skipped, a node id that does not exist, failures and errors are
-    failures. The user's ``addopts`` cannot narrow the selection (``-k``/``-m``/``-x`` are
+    The child is started like ``python -m pytest`` in ``cwd``, by
+    :func:`pytest_ralph.checkrun.pytest_command` (a ``pytest.py`` or ``pytest/`` in ``cwd``
+    cannot stand in for pytest), with bytecode in a private folder (``__pycache__`` folders
+    are not read). Passes when pytest exits 0 and at least one test ran and passed; no test
+    selected (exit 5), all tests skipped, a node id that does not exist, failures and errors
+    are failures. The user's ``addopts`` cannot narrow the selection (``-k``/``-m``/``-x`` are
     reset).
 
     Attributes:
@@ -453,7 +529,7 @@ class PytestCheck:
         env = _command_env()
         with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryFile() as out:
             xml = Path(tmp) / "junit.xml"
-            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            argv = [*pytest_command(sys.executable), "-q", "-p", "no:cacheprovider",
                     f"--junitxml={xml}", "-k", "", "-m", "", "--maxfail=0", "--", *self.targets]
             finished = run_in_group(argv, cwd=self.cwd, output=out, timeout=self.timeout, env=env)
             tail = read_tail(out, OUTPUT_TAIL_BYTES).rstrip()
@@ -636,44 +712,229 @@ class SchemaCheck:
         return CheckResult(False, "\n".join(lines))
 
 
+#: Characters of an exception's text (and of its traceback) a ``python`` check reports.
+PYTHON_TEXT_MAX_CHARS = 4000
+
+#: Bytes of a ``python`` check's verdict file that are read.
+VERDICT_MAX_BYTES = 256 * 1024
+
+# The process of a `python` check: `python -c _PYTHON_RUNNER`, in the rootdir, with on stdin
+# the NUL-separated UTF-8 fields target, rootdir, verdict file, nonce, text limit, then our
+# sys.path entries. It reads stdin before any checked code runs (stdin then reads /dev/null),
+# so the verdict file's path and the nonce are in no environment variable, argument or open
+# file. It imports no more than it must (each import costs start-up time). Each record it appends
+# to the verdict file is one line, the repr() of a tuple that starts with the nonce:
+# ("called",) before the call, then one of ("import", type, text),
+# ("not-callable", type), ("raised", type, text, traceback), ("returned", is_false); then it
+# ends at once with os._exit(0) (no atexit handlers of the checked code). Names it uses after
+# the checked code is imported are bound first, so replacing os.write, repr, getattr... does
+# not reach it. The working directory is off sys.path until the runner's own imports are done.
+_PYTHON_RUNNER = r'''
+import os, sys
+
+
+def _run():
+    fs_open, fs_write, fs_close, fs_dup2, hard_exit = os.open, os.write, os.close, os.dup2, os._exit
+    as_repr, as_str, as_type, is_callable, get_attr = repr, str, type, callable, getattr
+    join, realpath = "".join, os.path.realpath
+    here = realpath(os.getcwd())
+    sys.path[:] = [p for p in sys.path if realpath(p or os.curdir) != here]
+    import importlib
+    import_module = importlib.import_module
+    spec = sys.stdin.buffer.read().decode("utf-8", "surrogateescape").split("\0")
+    null = fs_open(os.devnull, os.O_RDONLY)
+    fs_dup2(null, 0)
+    fs_close(null)
+    target, rootdir, where, nonce, limit = spec[0], spec[1], spec[2], spec[3], int(spec[4])
+    first = [rootdir] + [p for p in spec[5:] if p != rootdir]
+    sys.path[:] = first + [p for p in sys.path if p not in first]
+    sys.argv[:] = ["-c"]
+    append = os.O_WRONLY | os.O_APPEND
+    del spec
+
+    def plain(value):
+        try:
+            return join((value,))
+        except BaseException:
+            return "?"
+
+    def text(exc):
+        try:
+            return plain(as_str(exc))[:limit]
+        except BaseException:
+            return "<str() of the exception failed>"
+
+    def say(*fields):
+        line = as_repr((nonce,) + fields) + "\n"
+        fd = fs_open(where, append)
+        try:
+            fs_write(fd, line.encode("utf-8", "backslashreplace"))
+        finally:
+            fs_close(fd)
+
+    def done():
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        hard_exit(0)
+
+    module_name, _, attr = target.partition(":")
+    try:
+        obj = import_module(module_name)
+        for part in attr.split("."):
+            obj = get_attr(obj, part)
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        say("import", plain(as_type(exc).__name__), text(exc))
+        done()
+    if not is_callable(obj):
+        say("not-callable", plain(as_type(obj).__name__))
+        done()
+    say("called")
+    try:
+        value = obj()
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        try:
+            import traceback
+            lines = traceback.format_exception(as_type(exc), exc, exc.__traceback__)
+            trace = plain(join(lines[-3:]))
+        except BaseException:
+            trace = ""
+        say("raised", plain(as_type(exc).__name__), text(exc), trace[-limit:])
+    else:
+        say("returned", value is False)
+    done()
+
+
+_run()
+'''
+
+#: Fields after the kind of each record of a verdict file, by kind (see :class:`PythonCheck`).
+_RECORD_FIELDS: dict[str, tuple[type, ...]] = {
+    "called": (), "import": (str, str), "not-callable": (str,), "raised": (str, str, str),
+    "returned": (bool,)}
+
+
+def _verdict_records(path: Path, nonce: str) -> list[tuple[Any, ...]]:
+    """The records of a ``python`` check's verdict file (kind first, nonce dropped), in file
+    order. Only lines that are a Python tuple literal starting with ``nonce`` and shaped as
+    :data:`_RECORD_FIELDS` says count; anything else in the file is ignored. The first
+    :data:`VERDICT_MAX_BYTES` bytes are read; a missing file has no records."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(VERDICT_MAX_BYTES)
+    except OSError:
+        return []
+    records = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            value = ast.literal_eval(line)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+        if not (isinstance(value, tuple) and len(value) >= 2 and value[0] == nonce
+                and isinstance(value[1], str)):
+            continue
+        shape = _RECORD_FIELDS.get(value[1])
+        fields = value[2:]
+        if shape is not None and len(fields) == len(shape) and all(
+                type(v) is t for v, t in zip(fields, shape, strict=True)):
+            records.append(value[1:])
+    return records
+
+
 @dataclass(frozen=True)
 class PythonCheck:
-    """``module:function`` called with no arguments; passes unless it raises or returns False.
+    """``module:function`` called with no arguments in a Python process of its own; passes
+    unless it raises or returns False.
+
+    The process is ``sys.executable``, run in ``rootdir``, in its own process group (killed
+    with the group after ``timeout`` seconds), with the environment of a checked command
+    (bytecode in a private folder). Its ``sys.path`` is ``rootdir``, then this process's
+    ``sys.path`` (so ini ``pythonpath`` entries and test folders that pytest added still
+    import), then its own. The process reads the path of a verdict file and a random nonce
+    from its stdin before it imports the checked code, and reports the outcome there; only
+    records that carry the nonce count. So the checked code cannot report a pass by printing
+    or by exiting, and it cannot reach other criteria or pytest-ralph's results file: it runs
+    in a process that ends with its check. Code that digs the nonce out of the runner's own
+    frames can still forge the verdict of its own criterion, and only that one.
+
+    Failures: the import fails, the attribute is not callable, the call raises (any
+    exception but ``SystemExit``) or returns ``False``, the process ends before a verdict
+    (``os._exit``, ``sys.exit``, a crash or a signal), or the timeout expires. The end of the
+    process's output follows the failure text.
 
     Attributes:
         target: ``module:function`` (``function`` may be dotted: ``Class.method``).
-        rootdir: put first on ``sys.path`` so that project modules import.
+        rootdir: the working directory, put first on ``sys.path`` so that project modules
+            import (absolute).
+        timeout: seconds before the process group is killed.
     """
 
     target: str
     rootdir: Path
+    timeout: float = DEFAULT_CHECK_TIMEOUT
 
     def run(self) -> CheckResult:
-        """Import and call the function (in the check's own process)."""
-        module_name, _, attr = self.target.partition(":")
-        root = str(self.rootdir)
-        if root not in sys.path:
-            sys.path.insert(0, root)
-        try:
-            obj: Any = importlib.import_module(module_name)
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-        except Exception as exc:
-            return CheckResult(False, f"cannot import `{self.target}`: {type(exc).__name__}: "
-                                      f"{exc}; expected a function to call")
-        if not callable(obj):
-            return CheckResult(False, f"`{self.target}` is a {type(obj).__name__}; expected a "
-                                      "function")
-        try:
-            value = obj()
-        except Exception as exc:
-            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])
-            return CheckResult(False, f"`{self.target}()` raised {type(exc).__name__}: {exc}; "
-                                      f"expected it to return without raising\n{tb.rstrip()}")
-        if value is False:
-            return CheckResult(False, f"`{self.target}()` returned False; expected anything "
-                                      "else")
-        return CheckResult(True)
+        """Start the process, wait for it, and read its verdict."""
+        nonce = secrets.token_hex(16)
+        search = [os.path.abspath(p) for p in sys.path if isinstance(p, str) and "\0" not in p]
+        with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryFile() as out:
+            verdict = Path(tmp) / "verdict"
+            verdict.touch(mode=0o600)
+            spec = "\0".join([self.target, str(self.rootdir), str(verdict), nonce,
+                              str(PYTHON_TEXT_MAX_CHARS), *search])
+            try:
+                finished = run_in_group([sys.executable, "-c", _PYTHON_RUNNER], cwd=self.rootdir,
+                                        output=out, timeout=self.timeout,
+                                        input=spec.encode("utf-8", "surrogateescape"),
+                                        env=_command_env())
+            except OSError as exc:
+                return CheckResult(False, f"cannot start a Python process ({sys.executable}) in "
+                                          f"{self.rootdir} for `{self.target}()`: {exc}; "
+                                          "expected to run it")
+            tail = read_tail(out, OUTPUT_TAIL_BYTES).rstrip()
+            records = _verdict_records(verdict, nonce)
+        text = self._failure(finished, records)
+        if text is None:
+            return CheckResult(True)
+        text += f"\noutput (last lines):\n{tail}" if tail else ""
+        return CheckResult(False, text)
+
+    def _failure(self, finished: Finished, records: list[tuple[Any, ...]]) -> str | None:
+        """The failure text for how the process ended and what it reported, or ``None`` for
+        a pass."""
+        t = self.target
+        final = [r for r in records if r[0] != "called"]
+        if final:
+            kind, *fields = final[-1]
+            if kind == "import":
+                return f"cannot import `{t}`: {fields[0]}: {fields[1]}; expected a function to call"
+            if kind == "not-callable":
+                return f"`{t}` is a {fields[0]}; expected a function"
+            if kind == "raised":
+                return (f"`{t}()` raised {fields[0]}: {fields[1]}; expected it to return without "
+                        f"raising\n{fields[2].rstrip()}")
+            if fields[0]:
+                return f"`{t}()` returned False; expected anything else"
+            return None
+        called = ("called",) in records
+        if finished.timed_out:
+            if called:
+                return (f"`{t}()` did not return within the timeout of {self.timeout:g} s "
+                        "(process group killed); expected it to return")
+            return (f"cannot import `{t}`: the import did not finish within the timeout of "
+                    f"{self.timeout:g} s (process group killed); expected a function to call")
+        code = finished.returncode if finished.returncode is not None else -1
+        how = f"killed by signal {-code}" if code < 0 else f"exit {code}"
+        if called:
+            return f"`{t}()` ended the process ({how}) before returning; expected it to return"
+        return (f"cannot import `{t}`: the process ended ({how}) before the import finished; "
+                "expected a function to call")
 
 
 def make_check(criterion: Criterion, story: Story, *, rootdir: Path, strict: bool = False,
@@ -725,7 +986,8 @@ def make_check(criterion: Criterion, story: Story, *, rootdir: Path, strict: boo
                            (rootdir / spec["instance"]).absolute(),
                            (spec["schema"], spec["instance"]))
     if criterion.kind == "python":
-        return PythonCheck(spec["python"], rootdir.absolute())
+        return PythonCheck(spec["python"], rootdir.absolute(),
+                           criterion.timeout or default_timeout)
     command = (text_checks or {}).get(fold_text(criterion.text))
     if command is not None:
         return RunCheck(command, rootdir.absolute(), default_timeout)

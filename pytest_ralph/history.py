@@ -160,7 +160,8 @@ def _create_v1(conn: sqlite3.Connection, strict: bool) -> None:
             updated TEXT NOT NULL,
             pid INTEGER,
             hostname TEXT NOT NULL DEFAULT '',
-            cancel_requested INTEGER NOT NULL DEFAULT 0 CHECK (cancel_requested IN (0, 1))
+            cancel_requested INTEGER NOT NULL DEFAULT 0 CHECK (cancel_requested IN (0, 1)),
+            oracle TEXT NOT NULL DEFAULT '{{}}'
         {end}""",
         "CREATE INDEX runs_by_started ON runs (started)",
         "CREATE INDEX runs_by_prd ON runs (prd, started)",
@@ -256,6 +257,8 @@ class StoredRun:
         pid: the process id of the loop that runs or ran it.
         hostname: the host of that process.
         cancel_requested: ``pytest --ralph-cancel`` asked the run to stop.
+        oracle: the oracle snapshot taken when the run started, as
+            :func:`pytest_ralph.oracle.snapshot_to_json` gives it (``{}`` if none).
     """
 
     id: str
@@ -272,6 +275,7 @@ class StoredRun:
     pid: int | None
     hostname: str
     cancel_requested: bool
+    oracle: dict[str, Any] = field(default_factory=dict)
 
     @property
     def resumable(self) -> bool:
@@ -498,7 +502,7 @@ class History:
 
     def begin_run(self, run_id: str, *, prd: Path, rootdir: Path, argv: Sequence[str],
                   settings: Mapping[str, Any], started: _dt.datetime, pid: int | None,
-                  hostname: str) -> None:
+                  hostname: str, oracle: Mapping[str, Any] | None = None) -> None:
         """Record a new run with status ``running`` (and a ``status`` event).
 
         Args:
@@ -511,6 +515,8 @@ class History:
             started: when the run started (naive times are taken as UTC).
             pid: the loop's process id (``os.getpid()``).
             hostname: the loop's host (``socket.gethostname()``).
+            oracle: the oracle snapshot of the run's start (a JSON object), kept so that a
+                resumed run compares against the same start.
 
         Raises:
             sqlite3.IntegrityError: a run with this id exists.
@@ -521,9 +527,9 @@ class History:
         with self._write() as conn:
             conn.execute(
                 "INSERT INTO runs (id, prd, rootdir, agent_argv, settings, status, started, "
-                "updated, pid, hostname) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+                "updated, pid, hostname, oracle) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
                 (run_id, str(prd), str(rootdir), _json(list(argv)), _json(dict(settings)),
-                 when, when, pid, hostname))
+                 when, when, pid, hostname, _json(dict(oracle or {}))))
             self._event(conn, run_id, None, "status", f"running (pid {pid} on {hostname})")
 
     def record_iteration(self, run_id: str, n: int, *, story: str, started: _dt.datetime,
@@ -867,7 +873,7 @@ class History:
 # -- helpers ---------------------------------------------------------------------------------
 
 _RUN_COLUMNS = ("id, prd, rootdir, agent_argv, settings, status, exit_code, reason, started, "
-                "finished, updated, pid, hostname, cancel_requested")
+                "finished, updated, pid, hostname, cancel_requested, oracle")
 _ITERATION_COLUMNS = ("run_id, n, story, started, finished, passing, total, exitstatus, "
                       "check_duration, fingerprint, streak, error_streak, regressions, flaky, "
                       "criteria_changed, errors, check_extra")
@@ -877,12 +883,13 @@ _CRITERION_COLUMNS = "nodeid, story, criterion, text, kind, outcome, message, cl
 
 def _run(row: Sequence[Any]) -> StoredRun:
     (rid, prd, rootdir, argv, settings, status, exit_code, reason, started, finished, updated,
-     pid, hostname, cancel) = row
+     pid, hostname, cancel, oracle) = row
     return StoredRun(str(rid), Path(prd), Path(rootdir), tuple(json.loads(argv)),
                      dict(json.loads(settings)), str(status),
                      None if exit_code is None else int(exit_code), str(reason), _time(started),
                      None if finished is None else _time(finished), _time(updated),
-                     None if pid is None else int(pid), str(hostname), bool(cancel))
+                     None if pid is None else int(pid), str(hostname), bool(cancel),
+                     dict(json.loads(oracle)))
 
 
 def _agent(row: Sequence[Any]) -> StoredAgentRun:

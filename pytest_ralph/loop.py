@@ -17,6 +17,7 @@ import datetime as _dt
 import json
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,13 +37,22 @@ from .agent import (
 from .checkrun import CheckPhaseConfig, run_check_phase
 from .checks import VERIFIER_KIND
 from .fingerprint import fingerprint
+from .history import DB_NAME, History, HistoryError, StoredIteration, StoredRun
 from .model import PRD, Story, fold_text
-from .oracle import Change, Snapshot, apply, compare, snapshot
+from .oracle import (
+    Change,
+    Snapshot,
+    apply,
+    compare,
+    snapshot,
+    snapshot_from_json,
+    snapshot_to_json,
+)
 from .prd import PRD_FILE_NAMES, PRD_SEARCH_DIRS, PRDError, discover_prd, load_prd
 from .prompt import PROGRESS_CHARS, PromptContext, build_prompt, pick_story, template_path
 from .report import clean, write_report
 from .results import CheckResults, CriterionResult
-from .settings import Settings
+from .settings import SPECS, Settings
 from .state import LockedError, RunDir, StateDir
 from .writeback import story_notes, story_verdicts, write_back
 
@@ -67,6 +77,10 @@ class NoCriteria(Exception):
 
 class Interrupted(Exception):
     """Ctrl-C or SIGTERM during a run."""
+
+
+class Cancelled(Exception):
+    """``pytest --ralph-cancel`` asked the run to stop (seen at an iteration boundary)."""
 
 
 @dataclass
@@ -126,6 +140,8 @@ class RunRecord:
         started, finished: UTC times.
         oracle: the oracle snapshot taken when the run started.
         flaky: keys of every criterion found flaky so far; the breaker ignores them.
+        resumed_from: the status the run had when this process resumed it, or ``""``.
+        warnings: things that went wrong around the run (state folder deleted, say).
     """
 
     prd: PRD
@@ -140,6 +156,8 @@ class RunRecord:
     finished: _dt.datetime | None = None
     oracle: Snapshot | None = None
     flaky: set[str] = field(default_factory=set)
+    resumed_from: str = ""
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def last(self) -> IterationRecord:
@@ -180,12 +198,13 @@ class Loop:
         markexpr: a ``-m`` expression that selects criteria ("" for all).
         junitxml: where each check phase writes JUnit XML (the last one stays), or ``None``.
         deselect: node id prefixes deselected with ``--deselect``.
+        new_run: start a new run even when the last one can be resumed (``--ralph-new``).
     """
 
     def __init__(self, settings: Settings, *, rootdir: Path, inifile: Path | None,
                  out: TextIO = sys.stdout, python: str = sys.executable, keyword: str = "",
                  markexpr: str = "", junitxml: Path | None = None,
-                 deselect: tuple[str, ...] = ()) -> None:
+                 deselect: tuple[str, ...] = (), new_run: bool = False) -> None:
         self.settings = settings
         self.rootdir = rootdir
         self.inifile = inifile
@@ -195,7 +214,9 @@ class Loop:
         self.markexpr = markexpr
         self.junitxml = junitxml
         self.deselect = deselect
+        self.new_run = new_run
         self._out_broken = False
+        self._history: History | None = None
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -329,58 +350,138 @@ class Loop:
         except OSError as exc:
             raise LoopUsageError(f"cannot use the state folder {state.root}: {exc}") from None
         with lock:
-            return self._run_locked(prd, argv, state)
+            try:
+                history = History.open(state.root / DB_NAME)
+            except HistoryError as exc:
+                raise LoopUsageError(str(exc)) from None
+            self._history = history
+            if state.stale_lock:
+                self._print(f"pytest-ralph: warning: taking over the loop lock of {state.root} "
+                            f"left by a loop that is not running any more ({state.stale_lock})")
+            try:
+                return self._run_locked(prd, argv, state)
+            finally:
+                self._history.close()
+                self._history = None
+                with contextlib.suppress(OSError, ValueError):  # a clean exit leaves no holder
+                    lock.seek(0)
+                    lock.truncate()
+                    lock.flush()
+
+    @property
+    def history(self) -> History:
+        """The open run history (only while :meth:`run` runs)."""
+        assert self._history is not None
+        return self._history
 
     def _run_locked(self, prd: PRD, argv: list[str], state: StateDir) -> int:
-        run = RunRecord(prd=prd, settings=self.settings, argv=argv, run_dir=state.new_run())
         s = self.settings
+        # We hold the folder's lock: a run still marked running was left by a dead loop.
+        for rid in self.history.mark_crashed_if_dead(lambda pid: False):
+            self.history.add_event(rid, "crash", "found running without its loop: the loop "
+                                   "process died (killed, power loss) before it ended the run")
+        stored = None if self.new_run else self.history.last_run(prd.path)
+        if stored is not None and stored.resumable:
+            run = self._resume(stored, prd, argv, state)
+        else:
+            run = RunRecord(prd=prd, settings=s, argv=argv, run_dir=state.new_run())
+            run.oracle = self._snapshot(prd)
+            self._begin(run)
         selected = self._selected(prd)
         n_crit = sum(len(st.criteria) for st in selected)
         self._print(f"pytest-ralph: loop on {prd.path} ({plural(n_crit, 'criterion', 'criteria')}"
                     f" of {plural(len(selected), 'story', 'stories')}); agent "
                     f"{json.dumps(argv)}; max iterations {s.max_iterations}; breaker "
                     f"{s.breaker}; state {run.run_dir.path}")
+        if run.resumed_from:
+            done = max(len(run.iterations) - 1, 0)
+            streak = run.last.streak if run.iterations else 0
+            self._print(f"pytest-ralph: resuming run {run.run_dir.id} ({run.resumed_from}) after "
+                        f"{plural(done, 'iteration')}; identical-failure streak {streak}/"
+                        f"{s.breaker} (--ralph-new starts a fresh run)")
         try:
             with _sigterm_as_interrupt():
                 code = self._iterate(run, state, argv)
-        except (KeyboardInterrupt, Interrupted):
+        except (KeyboardInterrupt, Interrupted, Cancelled) as exc:
             n = len(run.iterations)
             where = f"iteration {n}" if n else "the baseline check"
-            code = self._stop(run, "interrupted", EXIT_INTERRUPTED,
-                              f"interrupted during {where} (Ctrl-C or SIGTERM); the processes "
-                              "it had started were stopped and the state kept")
+            if isinstance(exc, Cancelled) or self._cancel_requested(run):
+                code = self._stop(run, "cancelled", EXIT_INTERRUPTED,
+                                  f"cancelled by `pytest --ralph-cancel` during {where}; the "
+                                  "processes it had started were stopped; `pytest --ralph` "
+                                  "resumes it")
+            else:
+                code = self._stop(run, "interrupted", EXIT_INTERRUPTED,
+                                  f"interrupted during {where} (Ctrl-C or SIGTERM); the "
+                                  "processes it had started were stopped and the state kept; "
+                                  "`pytest --ralph` resumes it")
         self._finish(run, state)
         return code
+
+    def _begin(self, run: RunRecord) -> None:
+        assert run.oracle is not None
+        self.history.begin_run(run.run_dir.id, prd=run.prd.path, rootdir=self.rootdir,
+                               argv=run.argv, settings=_settings_json(self.settings),
+                               started=run.started, pid=os.getpid(),
+                               hostname=socket.gethostname(),
+                               oracle=snapshot_to_json(run.oracle))
+
+    def _resume(self, stored: StoredRun, prd: PRD, argv: list[str], state: StateDir) -> RunRecord:
+        """Rebuild the run ``stored`` from the history and mark it running again."""
+        run_dir = RunDir(state.root / "runs" / stored.id)
+        run_dir.path.mkdir(parents=True, exist_ok=True)
+        run = RunRecord(prd=prd, settings=self.settings, argv=argv, run_dir=run_dir,
+                        started=stored.started, resumed_from=stored.status)
+        try:
+            run.oracle = snapshot_from_json(stored.oracle)
+        except ValueError:
+            run.oracle = self._snapshot(prd)
+        for it in self.history.iterations(stored.id):
+            run.iterations.append(_record(it, run_dir))
+            run.flaky.update(it.flaky)
+        self.history.clear_cancel(stored.id)
+        self.history.set_status(stored.id, "running", f"resumed after {stored.status}",
+                                pid=os.getpid(), hostname=socket.gethostname())
+        return run
+
+    def _cancel_requested(self, run: RunRecord) -> bool:
+        with contextlib.suppress(HistoryError, OSError, Exception):
+            return self.history.cancel_requested(run.run_dir.id)
+        return False
 
     def _iterate(self, run: RunRecord, state: StateDir, argv: list[str]) -> int:
         s = self.settings
         phase = self._phase_config(run.prd)
-        folder = run.run_dir.iteration_dir(0)
-        started = _now()
-        run.oracle = self._snapshot(run.prd)
-        base = run_check_phase(phase, folder)
-        if not phase.expected:  # selected by -k/-m: the baseline says which criteria
-            if not base.criteria and not base.errors:
+        if not run.iterations:
+            folder = run.run_dir.iteration_dir(0)
+            started = _now()
+            base = run_check_phase(phase, folder)
+            if not phase.expected and not base.criteria and not base.errors:
                 return self._stop(run, "no-criteria", EXIT_NO_CRITERIA,
                                   f"{self._selection()} deselects every criterion of "
                                   f"{run.prd.path}")
+            self._write_back(run.prd, base, state)
+            self._record(run, IterationRecord(0, base, None, "", 0, 0, started, folder,
+                                              fingerprint=self._fingerprint(run, base)), state)
+            self._print_baseline(run)
+            if base.complete:
+                return self._stop(run, "complete", EXIT_COMPLETE,
+                                  f"every criterion passed at the baseline check "
+                                  f"({len(base.criteria)}/{len(base.criteria)}); no agent run "
+                                  "was needed")
+        if not phase.expected:  # selected by -k/-m: the baseline says which criteria
             phase = replace(phase, expected=tuple((c.story, c.criterion, c.text)
-                                                  for c in base.criteria))
-        self._write_back(run.prd, base, state)
-        run.iterations.append(IterationRecord(0, base, None, "", 0, 0, started, folder,
-                                              fingerprint=self._fingerprint(run, base)))
-        self._save(run)
-        self._print_baseline(run)
-        if base.complete:
-            return self._stop(run, "complete", EXIT_COMPLETE,
-                              f"every criterion passed at the baseline check "
-                              f"({len(base.criteria)}/{len(base.criteria)}); no agent run was "
-                              "needed")
-        streak = 0
-        error_streak = 0
-        last_fp: str | None = None
+                                                  for c in run.iterations[0].results.criteria))
+        # A resumed run carries on: its streak and last fingerprint; the agent-error streak
+        # starts again (the user was there to fix the agent).
+        streak = run.last.streak
+        error_streak = 0 if run.resumed_from else run.last.error_streak
+        last_fp = self._last_fingerprint(run)
         template = self._template()
-        for n in range(1, s.max_iterations + 1):
+        for n in range(run.last.n + 1, s.max_iterations + 1):
+            if self._cancel_requested(run):
+                raise Cancelled()
+            self._check_state(run, state)
             started = _now()
             folder = run.run_dir.iteration_dir(n)
             prd = self._reload(run)
@@ -413,10 +514,9 @@ class Loop:
             rec = IterationRecord(n, results, agent_run, story.id if story else "", streak,
                                   error_streak, started, folder, _regressions(run, results),
                                   fp, tuple(changes), flaky)
-            run.iterations.append(rec)
+            self._record(run, rec, state)
             self._print_block(run, rec)
             state.append_progress(self._progress_entry(run, rec))
-            self._save(run)
             if results.complete:
                 return self._stop(run, "complete", EXIT_COMPLETE,
                                   f"every criterion passes ({len(results.criteria)}/"
@@ -438,6 +538,58 @@ class Loop:
                           f"stopped at the iteration limit ({s.max_iterations}) with {failing} "
                           "still failing" + (" and check-phase errors" if last.errors else "")
                           + self._tampered(run))
+
+    def _record(self, run: RunRecord, rec: IterationRecord, state: StateDir) -> None:
+        """Add ``rec`` to the run: one history transaction, then ``run.json``."""
+        self._check_state(run, state)
+        run.iterations.append(rec)
+        self._store(run.run_dir.id, rec)
+        self._save(run)
+
+    def _store(self, run_id: str, rec: IterationRecord) -> None:
+        self.history.record_iteration(
+            run_id, rec.n, story=rec.story, started=rec.started, finished=_now(),
+            results=rec.results, agent=rec.agent, fingerprint=rec.fingerprint,
+            streak=rec.streak, error_streak=rec.error_streak, regressions=rec.regressions,
+            flaky=rec.flaky, changes=rec.changes)
+
+    def _last_fingerprint(self, run: RunRecord) -> str | None:
+        """The fingerprint the breaker compares the next iteration with."""
+        last: str | None = None
+        for it in run.iterations[1:]:
+            if it.agent is not None and it.agent.ran and not (
+                    it.changes and not self.settings.allow_criteria_edits):
+                last = it.fingerprint
+        return last
+
+    def _check_state(self, run: RunRecord, state: StateDir) -> None:
+        """Notice a state folder (or its history) deleted during the run, by the agent say:
+        recreate it and rebuild the history from memory; say what was lost."""
+        db = state.root / DB_NAME
+        if db.exists() and run.run_dir.path.is_dir():
+            return
+        # The check phase recreates folders it writes to: .gitignore says whether the state
+        # folder itself went.
+        lost = ("the state folder" if not (state.root / ".gitignore").exists() else
+                "the run history" if not db.exists() else "the run's folder")
+        state.ensure()
+        run.run_dir.path.mkdir(parents=True, exist_ok=True)
+        self.history.close()
+        try:
+            self._history = History.open(db)
+        except HistoryError as exc:
+            raise LoopUsageError(str(exc)) from None
+        if self.history.run(run.run_dir.id) is None:
+            self._begin(run)
+            for rec in run.iterations:
+                self._store(run.run_dir.id, rec)
+        message = (f"{lost} ({state.root}) was deleted during the run (noticed at iteration "
+                   f"{len(run.iterations)}); recreated it and rebuilt the run "
+                   "history from memory; lost: earlier prompts, agent logs, check logs, "
+                   "progress.txt and earlier runs' history")
+        run.warnings.append(message)
+        self.history.add_event(run.run_dir.id, "state-lost", message)
+        self._print(f"pytest-ralph: warning: {message}")
 
     def _snapshot(self, prd: PRD, start: Snapshot | None = None) -> Snapshot:
         return snapshot(prd, self.rootdir, inifile=self.inifile, stories=self.settings.story,
@@ -515,6 +667,10 @@ class Loop:
 
     def _finish(self, run: RunRecord, state: StateDir) -> None:
         run.finished = _now()
+        with contextlib.suppress(LoopUsageError):
+            self._check_state(run, state)
+        self.history.finish_run(run.run_dir.id, run.status, run.exit_code, run.reason,
+                                run.finished)
         self._save(run)
         with contextlib.suppress(OSError):
             state.append_progress(f"## {run.finished.strftime('%Y-%m-%dT%H:%M:%SZ')} run "
@@ -627,6 +783,23 @@ class Loop:
                     "exit_code": it.agent.exit_code, "duration": round(it.agent.duration, 3)},
             } for it in run.iterations],
         })
+
+
+def _settings_json(settings: Settings) -> dict[str, object]:
+    """The settings as a JSON-ready dict (paths as text), for the history."""
+    out: dict[str, object] = {}
+    for spec in SPECS:
+        value = getattr(settings, spec.name)
+        out[spec.name] = str(value) if isinstance(value, Path) else value
+    return out
+
+
+def _record(it: StoredIteration, run_dir: RunDir) -> IterationRecord:
+    """An iteration of the history as the loop keeps it in memory."""
+    return IterationRecord(it.n, it.results, it.agent.to_agent_run() if it.agent else None,
+                           it.story, it.streak, it.error_streak, it.started,
+                           run_dir.path / f"iteration-{it.n:03d}", it.regressions,
+                           it.fingerprint, it.changes, it.flaky)
 
 
 def _silence(stream: TextIO) -> None:

@@ -1,20 +1,42 @@
 """The oracle-integrity guard: notice when the agent edits what judges its work.
 
-At the start of a run the loop takes a :class:`Snapshot` of the *oracle*: every
-criterion definition (text, kind and check fields), the files named by ``pytest``
-checks (a folder stands for the files in it), the ``conftest.py`` files pytest would
-load for those tests and for the PRD (absent ones too: a new ``conftest.py`` can skip
-or rewrite tests), ``schema`` files, the modules of ``python`` checks, and the pytest
-section of the configuration file (``ralph_checks``, ``ralph_verifier`` and
-``addopts`` live there) and the files the ``ralph_verifier`` command names. After each
-check phase it takes another and :func:`compare` lists the :class:`Change` objects;
-:func:`apply` then fails every criterion a change touches, so that the run cannot
+At the start of a run the loop takes a :class:`Snapshot` of the *oracle*:
+
+- every criterion definition (text, kind and check fields);
+- for each ``pytest`` check, the files it names, and for a folder it names, every file in
+  the folder and its subfolders plus the list of their names (a file of any kind appearing
+  there is a change); the check's pytest gets no ``-c``, so also, absent ones included, the
+  ``conftest.py`` and ``__init__.py`` of every folder from the rootdir down to each named
+  file or folder (and of a named folder's subfolders), and the pytest section of each
+  configuration file pytest would look for (:data:`CONFIG_NAMES`) in the named folder, or
+  the named file's folder, and each parent up to the rootdir;
+- the ``conftest.py`` files (absent ones too) in the PRD's folder and each parent up to the
+  rootdir;
+- ``schema`` files;
+- the module of each ``python`` check, found the way import finds it, and the ``__init__``
+  files of its parent packages, plus, absent, each file inside the rootdir that would win
+  over them at import;
+- the pytest section of the configuration file the loop passes with ``-c`` or, when there
+  is none, of each configuration file pytest would look for from the PRD's folder up to the
+  rootdir, absent ones included (``ralph_checks``, ``ralph_verifier`` and ``addopts`` live
+  there);
+- the files the ``ralph_verifier`` command names, and the names and contents of the other
+  Python modules (``.py``, ``.pyc``, extension modules and packages' ``__init__`` files)
+  directly in each one's folder, which comes first on a script's ``sys.path``.
+
+A configuration file without a pytest section counts as absent when pytest ignores it (see
+:func:`_config_digest`).
+
+After each check phase it takes another and :func:`compare` lists the :class:`Change`
+objects; :func:`apply` then fails every criterion a change touches, so that the run cannot
 complete on an edited oracle.
 
 Never hashed: the targets of ``exists`` / ``file`` / ``instance`` / ``sql`` checks and
-anything a ``run`` command touches (the agent is meant to change those), a file named
-by a ``pytest`` check that did not exist at the start (the agent is meant to write it),
-and files added to a folder named by a ``pytest`` check (except ``conftest.py``).
+anything a ``run`` command touches (the agent is meant to change those), and a file (or
+folder) named by a ``pytest`` check that did not exist at the start (the agent is meant to
+write it): such a file is also left out of the name lists of the folders around it, and the
+``conftest.py``, ``__init__.py`` and configuration files around it are not linked to its
+criterion (they still are to the criteria of guarded tests they affect).
 
 This module does not import pytest.
 """
@@ -23,12 +45,15 @@ from __future__ import annotations
 
 import configparser
 import hashlib
+import importlib.machinery
 import json
+import os
 import shlex
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from .model import PRD, Criterion
 from .results import CheckResults, CriterionResult
@@ -38,15 +63,32 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10: pytest itself depends on tomli there
     import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
-#: Digest recorded for a file that does not exist.
+#: Digest recorded for a file (or folder) that does not exist.
 ABSENT = "absent"
 
-#: Configuration files pytest looks for in the rootdir (when the checks get no ``-c``).
-CONFIG_NAMES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
+#: Configuration files pytest looks for in each folder from the common ancestor of its
+#: arguments upwards, in its order of precedence (pytest 9).
+CONFIG_NAMES = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml",
+                "tox.ini", "setup.cfg")
+
+#: Configuration files pytest takes even when they have no pytest section.
+_ALWAYS_TAKEN = frozenset({"pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini"})
+
+#: Files pytest loads from each folder on the way to a test: plugins and package markers.
+_SIDE_FILES = ("conftest.py", "__init__.py")
 
 #: Folders never descended into when a ``pytest`` check names a folder.
 _SKIP_DIRS = frozenset({"__pycache__", ".git", ".hg", ".svn", ".tox", ".nox", ".venv",
                         "venv", "node_modules", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+
+#: Suffixes of importable modules, in the order import tries them in one folder.
+_MODULE_SUFFIXES = (*importlib.machinery.EXTENSION_SUFFIXES,
+                    *importlib.machinery.SOURCE_SUFFIXES,
+                    *importlib.machinery.BYTECODE_SUFFIXES)
+
+#: How the subject of a folder's name list ends: all files (a ``pytest`` check's folder),
+#: or the modules in it (a verifier file's folder).
+_FILES, _MODULES = " (files)", " (modules)"
 
 #: Hint appended to the failure of a criterion whose oracle changed.
 RESTORE_HINT = ("restore it (for example `git checkout -- <file>`), or rerun with "
@@ -59,11 +101,13 @@ class Change:
 
     Attributes:
         subject: what changed, for people: ``criterion US-001::AC1``, ``file
-            tests/test_a.py`` (relative to the rootdir) or ``pytest configuration
-            pytest.ini``.
-        change: ``changed``, ``deleted`` (a file that existed is gone), ``added`` (a
-            guarded file or a criterion that did not exist) or ``removed`` (a criterion
-            that is no longer in the PRD).
+            tests/test_a.py`` (relative to the rootdir), ``pytest configuration
+            tests/pytest.ini`` (its pytest section), ``folder tests/ (files)`` (the names
+            of the files under a folder a ``pytest`` check names) or ``folder tools/
+            (modules)`` (the modules beside a file the verifier command names).
+        change: ``changed``, ``deleted`` (a file, folder or pytest section that existed
+            is gone), ``added`` (a guarded file or pytest section, or a criterion, that did
+            not exist) or ``removed`` (a criterion that is no longer in the PRD).
         criteria: keys (``US-001::AC1``) of the criteria whose verdict depends on the
             subject.
     """
@@ -82,15 +126,38 @@ class Snapshot:
     """Digests of the oracle at one moment.
 
     Attributes:
-        digests: subject -> SHA-256 hex digest, or :data:`ABSENT` for a missing file.
+        digests: subject -> SHA-256 hex digest, or :data:`ABSENT` for a missing file or
+            folder (or a configuration file pytest ignores).
         links: subject -> keys of the criteria that depend on it.
-        unguarded: files named by ``pytest`` checks that did not exist (relative paths):
-            the agent may create them.
+        unguarded: files or folders named by ``pytest`` checks that did not exist at the
+            start (relative paths): the agent may create them.
     """
 
     digests: Mapping[str, str]
     links: Mapping[str, frozenset[str]]
     unguarded: tuple[str, ...] = ()
+
+
+def snapshot_to_json(snap: Snapshot) -> dict[str, Any]:
+    """``snap`` as a JSON object: ``{"digests": {subject: digest}, "links": {subject:
+    [criterion key, ...]}, "unguarded": [path, ...]}``."""
+    return {"digests": dict(snap.digests),
+            "links": {k: sorted(v) for k, v in snap.links.items()},
+            "unguarded": list(snap.unguarded)}
+
+
+def snapshot_from_json(data: Mapping[str, Any]) -> Snapshot:
+    """The snapshot :func:`snapshot_to_json` gave.
+
+    Raises:
+        ValueError: ``data`` is not of that shape.
+    """
+    try:
+        return Snapshot({str(k): str(v) for k, v in data["digests"].items()},
+                        {str(k): frozenset(map(str, v)) for k, v in data["links"].items()},
+                        tuple(map(str, data.get("unguarded", ()))))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not an oracle snapshot: {exc!r}") from None
 
 
 def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
@@ -101,68 +168,184 @@ def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
     Args:
         prd: the PRD as it is on disk now.
         rootdir: the project root; relative paths in checks start there.
-        inifile: the pytest configuration file the checks use, or ``None``.
+        inifile: the pytest configuration file the checks use (passed with ``-c`` to the
+            child pytest, not to the pytest a ``pytest`` check starts), or ``None``.
         stories: only these story ids (empty: all).
         search_path: where ``python`` check modules are looked for after ``rootdir``
             (default ``sys.path``).
         verifier: the ``ralph_verifier`` command line: the files it names inside the
-            rootdir (its script, say) decide every text criterion.
+            rootdir (its script, say), and the modules beside them, decide every text
+            criterion.
         start: the run's first snapshot, when this is a later one: files it did not
-            guard stay unguarded, and files it guarded are hashed even if no criterion
-            names them any more.
+            guard stay unguarded, and everything it guarded is hashed even if no criterion
+            names it any more.
 
     Returns:
         The snapshot. Files are read in full (SHA-256); nothing is imported or run.
+
+    Subjects: ``criterion <key>``, ``file <path>``, ``pytest configuration <path>`` (the
+    digest of the file's pytest section), ``folder <path>/ (files)`` (the names of the files
+    under a folder a ``pytest`` check names) and ``folder <path>/ (modules)`` (the names and
+    digests of the modules in a verifier file's folder); paths are relative to the rootdir.
     """
+    root = rootdir.resolve()
     digests: dict[str, str] = {}
     links: dict[str, set[str]] = {}
     unguarded: set[str] = set(start.unguarded) if start else set()
     selected = [st for st in prd.stories if not stories or st.id in stories]
     every = {c.key for st in selected for c in st.criteria}
+    started = start.digests if start is not None else {}
+    rels: dict[Path, str] = {}
+    chains: dict[Path, list[Path]] = {}
+    modules: dict[str, list[tuple[Path, bool]]] = {}
+    around: dict[tuple[Path, bool], list[str]] = {}
+    named = _command_files(verifier, rootdir) if verifier else []
+
+    def rel_of(path: Path) -> str:
+        """``path`` relative to the rootdir (symbolic links resolved), cached per path."""
+        if path not in rels:
+            rels[path] = _rel(path, root)
+        return rels[path]
+
+    def chain(folder: Path) -> list[Path]:
+        """``folder`` and each parent up to the rootdir (resolved), cached per folder."""
+        if folder not in chains:
+            chains[folder] = _chain(folder, root)
+        return chains[folder]
 
     def link(subject: str, keys: Iterable[str]) -> None:
         links.setdefault(subject, set()).update(keys)
 
-    def guard_file(path: Path, keys: Iterable[str], *, optional: bool = False) -> None:
-        rel = _rel(path, rootdir)
+    def guard_file(path: Path, keys: Iterable[str], *, optional: bool = False,
+                   rel: str | None = None) -> None:
+        rel = rel_of(path) if rel is None else rel
         subject = f"file {rel}"
         if subject not in digests:
             if rel in unguarded:
                 return
             digest = _file_digest(path)
-            if digest == ABSENT and not optional and (start is None or subject not in
-                                                       start.digests):
+            if digest == ABSENT and not optional and subject not in started:
                 unguarded.add(rel)
                 return
             digests[subject] = digest
         link(subject, keys)
+
+    def guard_config(path: Path, keys: Iterable[str]) -> None:
+        subject = f"pytest configuration {rel_of(path)}"
+        if subject not in digests:
+            digests[subject] = _config_digest(path, root)
+        link(subject, keys)
+
+    def guard_folder(path: Path, what: str, keys: Iterable[str]) -> None:
+        subject = f"folder {rel_of(path)}/{what}"
+        if subject not in digests:
+            digests[subject] = folder_digest(rel_of(path), what)
+        link(subject, keys)
+
+    def folder_digest(base: str, what: str) -> str:
+        """The digest of the name list ``what`` of the folder ``base`` (relative to the
+        rootdir)."""
+        if what == _FILES:
+            return _files_digest(rootdir / base, skipped(base))
+        return _modules_digest(rootdir / base, frozenset(
+            f.name for f in named if rel_of(f.parent) == base))
+
+    def guard_around(folders: Iterable[Path], keys: Iterable[str], *,
+                     configs: bool = True) -> None:
+        """Guard the ``conftest.py`` and ``__init__.py`` (absent included) and, with
+        ``configs``, the configuration files pytest would look for, in each of ``folders``
+        (their subjects are worked out once per folder)."""
+        keys = tuple(keys)
+        for folder in folders:
+            subjects = around.get((folder, configs))
+            if subjects is None:
+                base = rel_of(folder)
+                for name in _SIDE_FILES:
+                    guard_file(folder / name, (), optional=True, rel=_join(base, name))
+                subjects = [f"file {_join(base, name)}" for name in _SIDE_FILES]
+                if configs:
+                    for name in CONFIG_NAMES:
+                        guard_config(folder / name, ())
+                        subjects.append(f"pytest configuration {rel_of(folder / name)}")
+                subjects = around[(folder, configs)] = [x for x in subjects if x in digests]
+            for subject in subjects:
+                link(subject, keys)
+
+    def guard_tests(path: Path, keys: Iterable[str]) -> None:
+        """Guard a ``pytest`` check's target (a file or folder) and what pytest loads with
+        it; nothing when it is unguarded, not even the ``conftest.py`` beside it."""
+        rel = rel_of(path)
+        if rel in unguarded:
+            return
+        if path.is_dir() or f"folder {rel}/{_FILES}" in started:
+            files, folders = _walk(path)
+            for name in files:
+                guard_file(path / name, keys, rel=_join(rel, name))
+            guard_folder(path, _FILES, keys)
+            guard_around(chain(path), keys)
+            guard_around((path / sub for sub in folders), keys, configs=False)
+        else:
+            guard_file(path, keys)
+            guard_around(chain(path.parent), keys)
+
+    def skipped(base: str) -> frozenset[str]:
+        """The unguarded files and folders under the folder ``base`` (relative to the
+        rootdir), relative to it."""
+        prefix = "" if base == "." else base + "/"
+        return frozenset(u[len(prefix):] for u in unguarded if u.startswith(prefix))
 
     for story in selected:
         for c in story.criteria:
             subject = f"criterion {c.key}"
             digests[subject] = _definition_digest(c)
             link(subject, [c.key])
-    for conftest in _conftests(prd.path.parent, rootdir):
-        guard_file(conftest, every, optional=True)
+    prd_folder = prd.path.parent
+    for conftest in chain(prd_folder):
+        guard_file(conftest / "conftest.py", every, optional=True)
+    # A test file named by a pytest check that does not exist yet is the agent's to write:
+    # known before any folder's name list is taken, so that those lists leave it out.
+    for c in (c for st in selected for c in st.criteria if c.kind == "pytest"):
+        for target in _pytest_targets(c):
+            path = rootdir / target.split("::", 1)[0]
+            rel = rel_of(path)
+            if (f"file {rel}" not in started and f"folder {rel}/{_FILES}" not in started
+                    and not path.exists()):
+                unguarded.add(rel)
     for story in selected:
         for c in story.criteria:
-            for path, optional in _linked_files(c, rootdir, search_path):
+            if c.kind == "pytest":
+                for target in _pytest_targets(c):
+                    guard_tests(rootdir / target.split("::", 1)[0], [c.key])
+            for path, optional in _linked_files(c, rootdir, root, search_path, modules):
                 guard_file(path, [c.key], optional=optional)
-    if verifier:
+    if named:
         texts = {c.key for st in selected for c in st.criteria if c.kind == "text"}
-        for path in _command_files(verifier, rootdir):
+        for path in named:
             guard_file(path, texts)
-    # With no -c file, the checks find their configuration like pytest does: one created
-    # by the agent counts.
-    for config in [inifile] if inifile is not None else [rootdir / n for n in CONFIG_NAMES]:
-        subject = f"pytest configuration {_rel(config, rootdir)}"
-        digests[subject] = _config_digest(config)
-        link(subject, every)
-    if start is not None:  # a file guarded at the start stays guarded
-        for subject in start.digests:
-            if subject.startswith("file ") and subject not in digests:
-                digests[subject] = _file_digest(rootdir / subject[len("file "):])
-                link(subject, start.links.get(subject, ()))
+            guard_folder(path.parent, _MODULES, texts)
+    # The child pytest gets -c when there is a configuration file; without one it finds its
+    # configuration like pytest does, from the PRD's folder up: one the agent creates counts.
+    if inifile is not None:
+        guard_config(inifile, every)
+    else:
+        for folder in [*chain(prd_folder), root]:
+            for name in CONFIG_NAMES:
+                guard_config(folder / name, every)
+    for subject in started:  # what was guarded at the start stays guarded
+        if subject in digests or subject.startswith("criterion "):
+            continue
+        if subject.startswith("file "):
+            digests[subject] = _file_digest(rootdir / subject[len("file "):])
+        elif subject.startswith("pytest configuration "):
+            digests[subject] = _config_digest(
+                rootdir / subject[len("pytest configuration "):], root)
+        elif subject.startswith("folder ") and subject.endswith((_FILES, _MODULES)):
+            what = _FILES if subject.endswith(_FILES) else _MODULES
+            base = subject[len("folder "):-len(what)].rstrip("/") or "/"
+            digests[subject] = folder_digest(base, what)
+        else:  # a kind of subject this version does not take: keep it as it was
+            digests[subject] = started[subject]
+        link(subject, start.links.get(subject, ()) if start is not None else ())
     return Snapshot(digests, {k: frozenset(v) for k, v in links.items()},
                     tuple(sorted(unguarded)))
 
@@ -218,11 +401,31 @@ def apply(results: CheckResults, changes: Sequence[Change]) -> CheckResults:
     return replace(results, criteria=tuple(criteria))
 
 
-def _rel(path: Path, rootdir: Path) -> str:
+def _rel(path: Path, root: Path) -> str:
+    """``path`` (symbolic links resolved) relative to the resolved rootdir ``root``, as a
+    POSIX path (``.`` for the rootdir itself); ``str(path)`` when it is outside."""
     try:
-        return path.resolve().relative_to(rootdir.resolve()).as_posix()
+        return path.resolve().relative_to(root).as_posix()
     except ValueError:
         return str(path)
+
+
+def _join(base: str, name: str) -> str:
+    """The relative path ``name`` (POSIX) inside the folder ``base`` (as :func:`_rel` gives
+    it)."""
+    return name if base == "." else f"{base.rstrip('/')}/{name}"
+
+
+def _chain(folder: Path, root: Path) -> list[Path]:
+    """``folder`` and each of its parents up to the resolved rootdir ``root``, resolved; just
+    ``folder`` when it is not inside ``root``."""
+    out = []
+    here = folder.resolve()
+    while True:
+        out.append(here)
+        if here == root or root not in here.parents:
+            return out
+        here = here.parent
 
 
 def _file_digest(path: Path) -> str:
@@ -244,10 +447,19 @@ def _definition_digest(c: Criterion) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _config_digest(inifile: Path) -> str:
-    """The digest of the pytest section of a configuration file (of ``None`` when it has
-    none; of the whole file when it cannot be parsed): other sections (dependencies, say)
-    may change freely."""
+def _config_digest(inifile: Path, root: Path) -> str:
+    """The digest of the pytest section of a configuration file: ``[pytest]`` in
+    ``pytest.toml`` and ``.pytest.toml``; ``[tool.pytest]`` (which holds
+    ``[tool.pytest.ini_options]``) in ``pyproject.toml``; both in another TOML file; the
+    first of ``[pytest]`` and ``[tool:pytest]`` in an INI file (keys keep their case).
+
+    Other sections (dependencies, say) may change freely. A file that cannot be parsed has
+    the digest of its bytes; a missing one is :data:`ABSENT`, and so is one without a pytest
+    section when pytest ignores it then: any file but ``pytest.ini``, ``.pytest.ini``,
+    ``pytest.toml`` and ``.pytest.toml`` (which pytest always takes) and a ``pyproject.toml``
+    in a folder other than the resolved rootdir ``root`` (which pytest takes for lack of any
+    other configuration file, moving its rootdir there). Otherwise, a file without a pytest
+    section has the digest of ``None``: its appearing is a change."""
     try:
         raw = inifile.read_bytes()
     except OSError:
@@ -255,9 +467,17 @@ def _config_digest(inifile: Path) -> str:
     section: object = None
     try:
         if inifile.suffix == ".toml":
-            section = tomllib.loads(raw.decode("utf-8")).get("tool", {}).get("pytest")
+            document = tomllib.loads(raw.decode("utf-8"))
+            tool = document.get("tool", {}).get("pytest")
+            if inifile.name in ("pytest.toml", ".pytest.toml"):
+                section = document.get("pytest")
+            elif inifile.name == "pyproject.toml" or "pytest" not in document:
+                section = tool
+            else:
+                section = [document["pytest"], tool]
         else:
             parser = configparser.ConfigParser(interpolation=None)
+            parser.optionxform = str  # type: ignore[assignment,method-assign]
             parser.read_string(raw.decode("utf-8"))
             for name in ("pytest", "tool:pytest"):
                 if parser.has_section(name):
@@ -265,56 +485,92 @@ def _config_digest(inifile: Path) -> str:
                     break
     except (ValueError, configparser.Error, AttributeError):
         return "unparsable: " + hashlib.sha256(raw).hexdigest()
+    if section is None and inifile.name not in _ALWAYS_TAKEN and (
+            inifile.name != "pyproject.toml" or inifile.resolve().parent == root):
+        return ABSENT
     return hashlib.sha256(json.dumps(section, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _conftests(folder: Path, rootdir: Path) -> list[Path]:
-    """``conftest.py`` in ``folder`` and each of its parents up to ``rootdir``."""
-    out = []
-    root = rootdir.resolve()
-    here = folder.resolve()
-    while True:
-        out.append(here / "conftest.py")
-        if here == root or root not in here.parents:
-            break
-        here = here.parent
-    return out
+def _pytest_targets(c: Criterion) -> list[str]:
+    """The node ids or paths of a ``pytest`` criterion."""
+    targets = c.spec.get("pytest")
+    return [str(t) for t in targets] if isinstance(targets, list) else [str(targets)]
 
 
-def _linked_files(c: Criterion, rootdir: Path,
-                  search_path: Sequence[str] | None) -> list[tuple[Path, bool]]:
-    """(file, optional) pairs that decide ``c``'s verdict. An optional file is guarded even
-    when it is absent (a ``conftest.py`` appearing is a change)."""
+def _linked_files(c: Criterion, rootdir: Path, root: Path, search_path: Sequence[str] | None,
+                  modules: dict[str, list[tuple[Path, bool]]]) -> list[tuple[Path, bool]]:
+    """(file, optional) pairs that decide the verdict of ``c``, a criterion of a kind other
+    than ``pytest``. An optional file is guarded even when it is absent (its appearing is a
+    change). ``modules`` caches :func:`_module_files` per module name."""
+    if c.kind == "schema":
+        schema = str(c.spec["schema"])
+        return [] if "://" in schema else [(rootdir / schema, False)]
+    if c.kind == "python":
+        module = str(c.spec["python"]).partition(":")[0]
+        if module not in modules:
+            roots = [str(rootdir), *(sys.path if search_path is None else search_path)]
+            modules[module] = _module_files(module, roots, root)
+        return modules[module]
+    return []
+
+
+def _module_files(module: str, roots: Sequence[str], root: Path) -> list[tuple[Path, bool]]:
+    """(file, optional) pairs that decide what ``import module`` loads, found the way import
+    finds them but without importing anything.
+
+    For each dotted name in turn, import looks in each folder of its search path (``roots``
+    for the first name, the parent package's folder for the others) for a package,
+    ``name/__init__`` with a module suffix, then for a module, ``name`` with a module suffix
+    (extension modules first, then ``.py``, then ``.pyc``); a folder without ``__init__`` is
+    a namespace package portion, used only when no folder holds a package or module of that
+    name. Each file found (the module, and the ``__init__`` of each parent package) is
+    guarded as it is (not optional); each candidate inside the rootdir tried before it is
+    guarded absent (optional): creating it would shadow the file found. Empty when the
+    module is not found (it may be the agent's to write).
+    """
     out: list[tuple[Path, bool]] = []
-    spec = c.spec
-    if c.kind == "pytest":
-        targets = spec["pytest"] if isinstance(spec["pytest"], list) else [spec["pytest"]]
-        for target in targets:
-            path = rootdir / str(target).split("::", 1)[0]
-            if path.is_dir():
-                files, folders = _walk(path)
-                out += [(f, False) for f in files if f.name != "conftest.py"]
-                out += [(d / "conftest.py", True) for d in folders]
-                parent = path.parent
-            else:
-                out.append((path, False))
-                parent = path.parent
-            out += [(p, True) for p in _conftests(parent, rootdir)]
-    elif c.kind == "schema":
-        schema = str(spec["schema"])
-        if "://" not in schema:
-            out.append((rootdir / schema, False))
-    elif c.kind == "python":
-        module = str(spec["python"]).partition(":")[0]
-        found = _module_file(module, [str(rootdir), *(sys.path if search_path is None
-                                                       else search_path)])
-        if found is not None:
-            out.append((found, False))
+    inside: dict[Path, bool] = {}
+    folders = [Path(r or ".") for r in roots]
+    names = module.split(".")
+    for i, name in enumerate(names):
+        found: Path | None = None
+        portions: list[Path] = []
+        for folder in folders:
+            if folder not in inside:
+                where = folder.resolve()
+                inside[folder] = where == root or root in where.parents
+            package = folder / name
+            tried = [package / f"__init__{s}" for s in _MODULE_SUFFIXES]
+            is_package = package.is_dir()
+            if is_package:
+                found = next((p for p in tried if p.is_file()), None)
+                if found is not None:
+                    tried = tried[:tried.index(found)]
+            if found is None:
+                candidates = [folder / f"{name}{s}" for s in _MODULE_SUFFIXES]
+                found = next((p for p in candidates if p.is_file()), None)
+                tried += candidates if found is None else candidates[:candidates.index(found)]
+            if inside[folder]:
+                out += [(p, True) for p in tried]
+            if found is not None:
+                break
+            if is_package:
+                portions.append(package)
+        if found is None and not portions:
+            return []
+        if found is None:  # a namespace package: its portions are searched next
+            folders = portions
+            continue
+        out.append((found, False))
+        if found.name.startswith("__init__."):
+            folders = [found.parent]
+        elif i < len(names) - 1:  # a module is not a package: the import fails
+            return []
     return out
 
 
 def _command_files(command: str, rootdir: Path) -> list[Path]:
-    """The words of a command line that name files inside ``rootdir``."""
+    """The words of a command line that name files inside ``rootdir`` (resolved)."""
     try:
         words = shlex.split(command)
     except ValueError:
@@ -328,31 +584,82 @@ def _command_files(command: str, rootdir: Path) -> list[Path]:
     return out
 
 
-def _walk(folder: Path) -> tuple[list[Path], list[Path]]:
-    """(files, folders) under ``folder`` (itself included), skipping caches and hidden folders."""
-    files: list[Path] = []
-    folders: list[Path] = [folder]
-    try:
-        entries = sorted(folder.iterdir())
-    except OSError:
-        return files, folders
-    for entry in entries:
-        if entry.is_dir():
-            if entry.name not in _SKIP_DIRS and not entry.name.startswith("."):
-                more_files, more_folders = _walk(entry)
-                files += more_files
-                folders += more_folders
-        elif entry.is_file() and not entry.name.endswith((".pyc", ".pyo")):
-            files.append(entry)
+def _walk(folder: Path) -> tuple[list[str], list[str]]:
+    """(files, subfolders) under ``folder``, as sorted POSIX paths relative to it: every
+    file except ``.pyc`` / ``.pyo`` files, descending into every folder except
+    :data:`_SKIP_DIRS` and hidden ones (a folder reached twice through symbolic links is
+    walked once)."""
+    files: list[str] = []
+    folders: list[str] = []
+    seen: set[tuple[int, int]] = set()
+
+    def visit(path: str, prefix: str) -> None:
+        try:
+            st = os.stat(path)
+            if (st.st_dev, st.st_ino) in seen:
+                return
+            seen.add((st.st_dev, st.st_ino))
+            with os.scandir(path) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+                is_file = not is_dir and entry.is_file()
+            except OSError:
+                continue
+            if is_dir:
+                if entry.name not in _SKIP_DIRS and not entry.name.startswith("."):
+                    folders.append(prefix + entry.name)
+                    visit(entry.path, prefix + entry.name + "/")
+            elif is_file and not entry.name.endswith((".pyc", ".pyo")):
+                files.append(prefix + entry.name)
+
+    visit(str(folder), "")
     return files, folders
 
 
-def _module_file(module: str, roots: Iterable[str]) -> Path | None:
-    """The source file of a dotted module name, found without importing anything."""
-    parts = module.split(".")
-    for root in roots:
-        base = Path(root or ".").joinpath(*parts)
-        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-            if candidate.is_file():
-                return candidate
-    return None
+def _files_digest(folder: Path, skip: frozenset[str]) -> str:
+    """The digest of the names of the files :func:`_walk` finds under ``folder``, less
+    those in ``skip`` (files or folders, relative to ``folder``); :data:`ABSENT` when it is
+    not a folder."""
+    if not folder.is_dir():
+        return ABSENT
+    names = _walk(folder)[0]
+    if skip:
+        names = [name for name in names if not _skipped(name, skip)]
+    return hashlib.sha256(json.dumps(names).encode()).hexdigest()
+
+
+def _skipped(name: str, skip: frozenset[str]) -> bool:
+    """Whether the relative path ``name`` or one of its parent folders is in ``skip``."""
+    while True:
+        if name in skip:
+            return True
+        name, sep, _ = name.rpartition("/")
+        if not sep:
+            return False
+
+
+def _modules_digest(folder: Path, skip: frozenset[str]) -> str:
+    """The digest of the names and contents of the modules directly in ``folder``: files
+    with a module suffix and the ``__init__`` files of the packages in it (what a script in
+    ``folder`` imports first), less the files named ``skip`` (guarded on their own);
+    :data:`ABSENT` when it is not a folder."""
+    names: list[str] = []
+    try:
+        with os.scandir(folder) as it:
+            for entry in it:
+                if entry.is_dir():
+                    names += [f"{entry.name}/__init__{s}" for s in _MODULE_SUFFIXES
+                              if os.path.isfile(os.path.join(entry.path, f"__init__{s}"))]
+                elif (entry.name.endswith(_MODULE_SUFFIXES) and entry.name not in skip
+                      and entry.is_file()):
+                    names.append(entry.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return ABSENT
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+    pairs = [(name, _file_digest(folder / name)) for name in sorted(names)]
+    return hashlib.sha256(json.dumps(pairs).encode()).hexdigest()

@@ -74,6 +74,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                             metavar=_METAVARS.get(spec.kind, "VALUE"), help=help_text)
     group.addoption("--ralph-dry-run", action="store_true", default=False,
                     help="Print the first prompt and the agent's argv; run nothing.")
+    group.addoption("--ralph-new", action="store_true", default=False,
+                    help="Start a new run even if the last one (interrupted, cancelled, "
+                         "crashed or ended on agent errors) could be resumed.")
+    group.addoption("--ralph-status", action="store_true", default=False,
+                    help="Print the current or last run of the state folder and exit; safe "
+                         "while a loop runs.")
+    group.addoption("--ralph-cancel", action="store_true", default=False,
+                    help="Stop the loop running on the state folder (it exits 2 and can be "
+                         "resumed with --ralph); idempotent.")
     group.addoption("--ralph-results", action="store", default=None, metavar="PATH",
                     help=argparse.SUPPRESS)
     for spec in SPECS:
@@ -131,7 +140,16 @@ def _is_child() -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """Take over the session for ``--ralph`` / ``--ralph-dry-run``; return the loop's exit code."""
-    if not (config.getoption("ralph") or config.getoption("ralph_dry_run")) or _is_child():
+    if _is_child():
+        return None
+    if config.getoption("ralph_status") or config.getoption("ralph_cancel"):
+        from .control import cancel, status
+
+        root = get_settings(config).dir
+        code, text = cancel(root) if config.getoption("ralph_cancel") else status(root)
+        (_err if code else _out)(text)
+        return code
+    if not (config.getoption("ralph") or config.getoption("ralph_dry_run")):
         return None
     dry = "use --ralph-dry-run to see what the loop would do"
     for flag, name, hint in (("usepdb", "--pdb", "the loop runs the checks in child processes"),
@@ -151,7 +169,8 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
                 keyword=config.getoption("keyword", "") or "",
                 markexpr=config.getoption("markexpr", "") or "",
                 junitxml=(config.invocation_params.dir / xml).resolve() if xml else None,
-                deselect=tuple(config.getoption("deselect", None) or ()))
+                deselect=tuple(config.getoption("deselect", None) or ()),
+                new_run=bool(config.getoption("ralph_new")))
     try:
         return run_loop(loop, dry_run=bool(config.getoption("ralph_dry_run")), err=_err)
     except Exception:
@@ -186,6 +205,11 @@ def _sigterm_interrupts() -> None:
 
     with contextlib.suppress(ValueError):  # not the main thread
         signal.signal(signal.SIGTERM, handler)
+
+
+def _out(message: str) -> None:
+    sys.stdout.write(message + "\n")
+    sys.stdout.flush()
 
 
 def _err(message: str) -> None:

@@ -9,6 +9,7 @@ This module does not import pytest: the loop controller and the Stop hook use it
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -326,6 +327,14 @@ def strip_jsonc(text: str) -> str:
 _YAML_UNSAFE = re.compile(
     "[^\x09\x0a\x0d\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]|[\u2028\u2029]")
 
+#: A ``\uD800``-``\uDFFF`` escape of a JSON string (half of a UTF-16 surrogate pair, or an
+#: unpaired one): an odd number of backslashes before the ``u``. Group 1 is the even run of
+#: escaped backslashes in front of it.
+_SURROGATE_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u[dD][89abcdefABCDEF][0-9a-fA-F]{2}")
+
+#: What replaces a surrogate escape for composing: an escape of the same length ("X").
+_SURROGATE_PLACEHOLDER = r"\u0058"
+
 
 class _Positions:
     """Maps JSON paths to (line, column), computed lazily from a YAML node tree.
@@ -336,10 +345,19 @@ class _Positions:
 
     def __init__(self, text: str, fmt: str) -> None:
         self._text = strip_jsonc(text) if fmt == "jsonc" else text
+        #: The JSON text before the edits below, when they changed it: keys are read from it.
+        self._json: str | None = None
         if fmt != "yaml":
+            source = self._text
             # YAML breaks lines at NEL/LS/PS and refuses non-printables; JSON allows them in
             # strings. Blank them (same length) so lines match json's and composing works.
             self._text = _YAML_UNSAFE.sub(" ", self._text)
+            # libyaml refuses surrogate escapes, even a valid pair such as "\ud83d\ude00"
+            # (one emoji in JSON): write each as an escape of "X" of the same length.
+            self._text = _SURROGATE_ESCAPE.sub(
+                lambda m: m.group(1) + _SURROGATE_PLACEHOLDER, self._text)
+            if self._text != source:
+                self._json = source
         self._map: dict[str, tuple[int, int]] | None = None
         self._dups: list[tuple[str, str]] = []
         self._walked: set[int] = set()
@@ -365,7 +383,7 @@ class _Positions:
         if isinstance(node, yaml.MappingNode):
             seen: set[str] = set()
             for key, value in node.value:
-                name = str(key.value)
+                name = self._key_name(key)
                 child = f"{jp}.{name}" if re.fullmatch(r"[A-Za-z_]\w*", name) else (
                     f"{jp}[{json.dumps(name)}]")
                 if name in seen:
@@ -377,6 +395,17 @@ class _Positions:
         elif isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
                 self._walk(item, f"{jp}[{i}]")
+
+    def _key_name(self, key: yaml.Node) -> str:
+        """The name of a mapping key; a JSON key that the edits of ``__init__`` touched is
+        decoded from the JSON text, so that its name is the one ``json.loads`` gives."""
+        name = str(key.value)
+        if self._json is not None and isinstance(key, yaml.ScalarNode) and key.style == '"':
+            start, end = key.start_mark.index, key.end_mark.index
+            if self._json[start:end] != self._text[start:end]:
+                with contextlib.suppress(ValueError):
+                    name = str(json.loads(self._json[start:end]))
+        return name
 
     def at(self, jp: str) -> tuple[int | None, int | None]:
         """(line, column) of the value at ``jp``, or ``(None, None)``."""

@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ def run_in_group(
     shell: bool = False,
     grace: float | None = None,
     errors: IO[bytes] | None = None,
+    watchdog: bool = False,
 ) -> Finished:
     """Run ``args`` with stdout and stderr both written to ``output`` (stderr to ``errors``
     instead when it is given).
@@ -66,6 +68,10 @@ def run_in_group(
             :data:`KILL_GRACE_SECONDS`); give more to a command that cleans up after itself.
         errors: a binary file that receives stderr, or ``None`` to send it to ``output``
             (for a command whose stdout is an answer to parse, not a log).
+        watchdog: (POSIX) also start a small watchdog process, outside the group, that
+            kills the group if this process dies first (even by SIGKILL): it waits on a pipe
+            that only this process holds open. For the loop's agent runs and check phases,
+            so that a killed controller leaves no orphan behind.
 
     Raises:
         FileNotFoundError, PermissionError: the executable cannot be started.
@@ -87,6 +93,7 @@ def run_in_group(
         stderr=errors if errors is not None else subprocess.STDOUT,
         **popen_kw,  # type: ignore[call-overload]
     )
+    dog = _start_watchdog(proc.pid, grace) if watchdog and os.name == "posix" else None
     timed_out = False
     try:
         proc.communicate(input=input, timeout=timeout)
@@ -101,8 +108,61 @@ def run_in_group(
         if proc.stdin is not None:  # left open by a timeout or an interrupt
             with contextlib.suppress(OSError):
                 proc.stdin.close()
+        if dog is not None:
+            _stop_watchdog(*dog)
     duration = time.monotonic() - start
     return Finished(None if timed_out else proc.returncode, timed_out, duration)
+
+
+# The watchdog: blocks reading the pipe; a byte means "done, leave the group alone"; end of
+# file means the controller died: stop the group (SIGTERM, grace, SIGKILL).
+_WATCHDOG = """
+import os, signal, sys, time
+fd, pgid, grace = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+try:
+    data = os.read(fd, 1)
+except OSError:
+    data = b""
+if not data:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except OSError:
+            break
+        if sig == signal.SIGTERM:
+            time.sleep(grace)
+"""
+
+
+def _start_watchdog(pgid: int, grace: float | None) -> tuple[subprocess.Popen[bytes], int]:
+    """Start the watchdog of group ``pgid``; return it and the write end of its pipe."""
+    read_end, write_end = os.pipe()
+    try:
+        dog = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(read_end), str(pgid),
+             str(KILL_GRACE_SECONDS if grace is None else grace)],
+            pass_fds=(read_end,), start_new_session=True, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    return dog, write_end
+
+
+def _stop_watchdog(dog: subprocess.Popen[bytes], write_end: int) -> None:
+    """Tell the watchdog the group is taken care of, and reap it."""
+    with contextlib.suppress(OSError):
+        os.write(write_end, b"x")
+    with contextlib.suppress(OSError):
+        os.close(write_end)
+    try:
+        dog.wait(timeout=5)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a stuck interpreter start
+        dog.kill()
+        dog.wait()
 
 
 def kill_group(proc: subprocess.Popen[bytes], grace: float | None = None) -> None:

@@ -74,8 +74,12 @@ def render_report(run: RunRecord) -> str:
         + (f", finished {run.finished.isoformat(timespec='seconds')}" if run.finished else ""),
         f"- State: `{run.run_dir.path}`",
         *_guard_line(run),
+        *([f"- Resumed: this run was resumed after it was {run.resumed_from}"]
+          if run.resumed_from else []),
         "",
     ]
+    if run.warnings:
+        out += ["## Warnings", "", *[f"- {w}" for w in run.warnings], ""]
     # Story x iteration matrix.
     heads = ["baseline" if it.n == 0 else str(it.n) for it in run.iterations]
     out += ["## Stories x iterations", "",
@@ -165,9 +169,10 @@ def _guard_line(run: RunRecord) -> list[str]:
     files = sum(1 for x in subjects if x.startswith("file ") and
                 run.oracle.digests[x] != "absent")
     defs = sum(1 for x in subjects if x.startswith("criterion "))
-    line = (f"- Oracle guard: {defs} criterion definitions and {files} files checked after "
-            "each iteration" + (" (--ralph-allow-criteria-edits: changes are only reported)"
-                                if run.settings.allow_criteria_edits else ""))
+    line = (f"- Oracle guard: {defs} criterion definition{'s' if defs != 1 else ''} and "
+            f"{files} file{'s' if files != 1 else ''} checked after each iteration")
+    if run.settings.allow_criteria_edits:
+        line += " (--ralph-allow-criteria-edits: changes are only reported)"
     if run.oracle.unguarded:
         line += ("; not guarded, because they did not exist when the run started: "
                  + ", ".join(f"`{u}`" for u in run.oracle.unguarded[:10]))

@@ -40,6 +40,9 @@ class StateDir:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        #: After :meth:`lock`: what the lock file said about a holder that no longer runs
+        #: (a loop that was killed), or ``""``.
+        self.stale_lock = ""
 
     def ensure(self) -> None:
         """Create the folder and its ``.gitignore``.
@@ -99,6 +102,9 @@ class StateDir:
             raise LockedError(f"another `pytest --ralph` loop is running with the state folder "
                               f"{self.root} ({holder}); wait for it to end or stop it, or set "
                               "ralph_dir to another folder")
+        f.seek(0)
+        previous = f.read().strip()
+        self.stale_lock = previous if previous.startswith("pid ") else ""
         started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         f.seek(0)
         f.truncate()

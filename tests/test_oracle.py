@@ -103,29 +103,77 @@ def test_a_test_file_absent_at_the_start_is_the_agents_to_write(tmp_path: Path) 
     (tmp_path / "tests" / "test_new.py").write_text("def test_x():\n    pass\n")
     now = snapshot(load_prd(path), tmp_path, start=start)
     assert compare(start, now) == []
-    # ... but a conftest.py beside it is still guarded.
+    # ... and so are the files around it: a conftest.py with fixtures for the new test, say.
     (tmp_path / "tests" / "conftest.py").write_text("")
+    (tmp_path / "tests" / "__init__.py").write_text("")
     now = snapshot(load_prd(path), tmp_path, start=start)
-    assert [c.describe() for c in compare(start, now)] == ["file tests/conftest.py added"]
+    assert compare(start, now) == []
+    # But the conftest.py in the PRD's folder is loaded by every check.
+    (tmp_path / "conftest.py").write_text("")
+    now = snapshot(load_prd(path), tmp_path, start=start)
+    assert compare(start, now) == [Change("file conftest.py", "added", ("US-1::AC1",))]
 
 
-def test_a_folder_target_guards_its_files_but_not_new_tests(tmp_path: Path) -> None:
+def test_a_folder_target_guards_its_files_and_their_names(tmp_path: Path) -> None:
     tests = tmp_path / "tests"
     (tests / "unit" / "__pycache__").mkdir(parents=True)
+    (tests / ".hidden").mkdir()
     (tests / "unit" / "test_a.py").write_text("def test_a():\n    pass\n")
     (tests / "unit" / "__pycache__" / "test_a.cpython-311.pyc").write_bytes(b"\0")
     path = prd_file(tmp_path, story("US-1", {"pytest": ["tests"]}))
     start = snapshot(load_prd(path), tmp_path)
-    assert "file tests/unit/test_a.py" in start.digests
-    assert not any("__pycache__" in s for s in start.digests)
-    (tests / "unit" / "test_b.py").write_text("def test_b():\n    pass\n")
+    assert {"file tests/unit/test_a.py", "folder tests/ (files)", "file tests/conftest.py",
+            "file tests/unit/conftest.py", "file tests/__init__.py",
+            "file tests/unit/__init__.py", "pytest configuration tests/pytest.ini"} <= set(
+        start.digests)
+    assert not any("__pycache__" in s or ".hidden" in s for s in start.digests)
+    # Caches, bytecode and hidden folders may change.
     (tests / "unit" / "__pycache__" / "test_a.cpython-311.pyc").write_bytes(b"\1")
+    (tests / "unit" / "__pycache__" / "other.cpython-311.pyc").write_bytes(b"\1")
+    (tests / ".hidden" / "x.py").write_text("")
     assert compare(start, snapshot(load_prd(path), tmp_path, start=start)) == []
     (tests / "unit" / "conftest.py").write_text("")
     (tests / "unit" / "test_a.py").write_text("import pytest\npytestmark = pytest.mark.skip\n")
     assert [c.describe() for c in compare(start, snapshot(load_prd(path), tmp_path,
                                                            start=start))] == [
-        "file tests/unit/test_a.py changed", "file tests/unit/conftest.py added"]
+        "file tests/unit/test_a.py changed", "folder tests/ (files) changed",
+        "file tests/unit/conftest.py added"]
+
+
+def test_any_new_file_in_a_folder_target_is_a_change(tmp_path: Path) -> None:
+    # A new file in the folder can patch pytest when it is imported and flip the results of
+    # the folder's other tests in the same run: it is a change, whatever its name or suffix.
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("def test_a():\n    assert 1 == 2\n")
+    path = prd_file(tmp_path, story("US-1", {"pytest": "tests"}))
+    for name in ("test_b.py", "helpers/patch.py", "data.txt"):
+        def add(name: str = name) -> None:
+            (tmp_path / "tests" / name).parent.mkdir(exist_ok=True)
+            (tmp_path / "tests" / name).write_text("import _pytest\n")
+
+        assert changes_after(tmp_path, path, add) == ["folder tests/ (files) changed"], name
+        (tmp_path / "tests" / name).unlink()
+
+
+def test_a_new_test_named_by_its_own_criterion_may_be_written_in_a_folder_target(
+        tmp_path: Path) -> None:
+    (tmp_path / "tests" / "new").mkdir(parents=True)
+    (tmp_path / "tests" / "new" / "test_old.py").write_text("def test_a():\n    pass\n")
+    path = prd_file(tmp_path, story("US-1", {"pytest": "tests"}),
+                    story("US-2", {"pytest": "tests/test_new.py::test_x"},
+                          {"pytest": "tests/feature"}))
+    start = snapshot(load_prd(path), tmp_path)
+    assert start.unguarded == ("tests/feature", "tests/test_new.py")
+
+    def write() -> None:
+        (tmp_path / "tests" / "test_new.py").write_text("def test_x():\n    pass\n")
+        (tmp_path / "tests" / "feature").mkdir()
+        (tmp_path / "tests" / "feature" / "test_f.py").write_text("def test_f():\n    pass\n")
+
+    assert changes_after(tmp_path, path, write) == []
+    (tmp_path / "tests" / "new" / "test_other.py").write_text("")
+    now = snapshot(load_prd(path), tmp_path, start=start)
+    assert compare(start, now) == [Change("folder tests/ (files)", "changed", ("US-1::AC1",))]
 
 
 def test_only_the_pytest_section_of_pyproject_is_guarded(tmp_path: Path) -> None:
@@ -172,6 +220,190 @@ def test_python_check_module_is_found_without_importing(tmp_path: Path) -> None:
 
     assert changes_after(tmp_path, path, weaken, search_path=[]) == [
         "file pkg/boom.py changed"]
+
+
+def test_config_files_pytest_would_find_for_a_test_are_guarded(tmp_path: Path) -> None:
+    # A pytest check's pytest gets no -c: it takes the first configuration file it finds
+    # walking up from its arguments, so one created beside a test takes over its run.
+    (tmp_path / "tests" / "sub").mkdir(parents=True)
+    (tmp_path / "tests" / "sub" / "test_a.py").write_text("def test_a():\n    pass\n")
+    ini = tmp_path / "tox.ini"
+    ini.write_text("[pytest]\naddopts = -q\n")
+    path = prd_file(tmp_path, story("US-1", {"pytest": "tests/sub/test_a.py"}, {"run": "true"}))
+    got = subjects(tmp_path, path, inifile=ini)
+    for folder in ("tests/sub/", "tests/", ""):
+        for name in ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini",
+                     "pyproject.toml", "tox.ini", "setup.cfg"):
+            assert f"pytest configuration {folder}{name}" in got
+
+    def add_ini() -> None:
+        (tmp_path / "tests" / "pytest.ini").write_text("[pytest]\naddopts = -p cheatplug\n")
+
+    def add_empty_toml() -> None:  # moves the rootdir: pytest.toml counts even when empty
+        (tmp_path / "tests" / "sub" / ".pytest.toml").write_text("")
+
+    # With -c, only the pytest check is touched: the other checks' pytest gets the -c file.
+    start = snapshot(load_prd(path), tmp_path, inifile=ini)
+    add_ini()
+    add_empty_toml()
+    assert compare(start, snapshot(load_prd(path), tmp_path, inifile=ini, start=start)) == [
+        Change("pytest configuration tests/sub/.pytest.toml", "added", ("US-1::AC1",)),
+        Change("pytest configuration tests/pytest.ini", "added", ("US-1::AC1",))]
+    # Without -c, the ones in the PRD's folder (and up to the rootdir) touch every criterion.
+    (tmp_path / "tests" / "pytest.ini").unlink()
+    ini.unlink()
+    start = snapshot(load_prd(path), tmp_path)
+    ini.write_text("[pytest]\naddopts = -q\n")
+    assert compare(start, snapshot(load_prd(path), tmp_path, start=start)) == [
+        Change("pytest configuration tox.ini", "added", ("US-1::AC1", "US-1::AC2"))]
+
+
+def test_a_config_file_pytest_ignores_may_appear(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
+    path = prd_file(tmp_path, story("US-1", {"pytest": "tests/test_a.py"}))
+
+    def ignored() -> None:  # no pytest section: pytest reads them as if they were not there
+        (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+        (tmp_path / "tox.ini").write_text("[tox]\nenvlist = py311\n")
+        (tmp_path / "tests" / "setup.cfg").write_text("[flake8]\nmax-line-length = 100\n")
+
+    def taken() -> None:  # these move pytest's rootdir, and with it what conftest.py it loads
+        (tmp_path / "tests" / "pytest.ini").write_text("")
+        (tmp_path / "tests" / "pyproject.toml").write_text('[project]\nname = "x"\n')
+
+    assert changes_after(tmp_path, path, ignored) == []
+    assert changes_after(tmp_path, path, taken) == [
+        "pytest configuration tests/pytest.ini added",
+        "pytest configuration tests/pyproject.toml added"]
+    # A pytest section added to a file that had none is a change too.
+    assert changes_after(tmp_path, path, lambda: (tmp_path / "tox.ini").write_text(
+        "[tox]\nenvlist = py311\n[pytest]\naddopts = -p cheatplug\n")) == [
+        "pytest configuration tox.ini added"]
+
+
+def test_a_pytest_toml_is_guarded_by_its_pytest_table(tmp_path: Path) -> None:
+    toml = tmp_path / "tests" / "pytest.toml"
+    toml.parent.mkdir()
+    toml.write_text('[pytest]\naddopts = ["-q"]\n\n[other]\nx = 1\n')
+    (tmp_path / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
+    path = prd_file(tmp_path, story("US-1", {"pytest": "tests/test_a.py"}))
+
+    def edit_other() -> None:
+        toml.write_text(toml.read_text().replace("x = 1", "x = 2"))
+
+    def edit_pytest() -> None:
+        toml.write_text(toml.read_text().replace('"-q"', '"-p", "cheatplug"'))
+
+    assert changes_after(tmp_path, path, edit_other) == []
+    assert changes_after(tmp_path, path, edit_pytest) == [
+        "pytest configuration tests/pytest.toml changed"]
+
+
+def test_init_files_on_the_way_to_a_guarded_test_are_guarded(tmp_path: Path) -> None:
+    # A new __init__.py changes the test modules' names and how they import, and runs code.
+    (tmp_path / "tests" / "unit").mkdir(parents=True)
+    (tmp_path / "tests" / "unit" / "test_a.py").write_text("def test_a():\n    pass\n")
+    (tmp_path / "tests" / "__init__.py").write_text("")
+    path = prd_file(tmp_path, story("US-1", {"pytest": "tests/unit/test_a.py"}))
+
+    def edit() -> None:
+        (tmp_path / "tests" / "unit" / "__init__.py").write_text("import cheat\n")
+        (tmp_path / "__init__.py").write_text("")
+        (tmp_path / "tests" / "__init__.py").unlink()
+
+    assert changes_after(tmp_path, path, edit) == [
+        "file tests/unit/__init__.py added", "file tests/__init__.py deleted",
+        "file __init__.py added"]
+
+
+def test_a_python_check_module_cannot_be_shadowed(tmp_path: Path) -> None:
+    (tmp_path / "checks").mkdir()
+    (tmp_path / "checks" / "__init__.py").write_text("")
+    (tmp_path / "checks" / "mod.py").write_text("def ok():\n    return False\n")
+    path = prd_file(tmp_path, story("US-1", {"python": "checks.mod:ok"}))
+    got = subjects(tmp_path, path, search_path=[])
+    assert {"file checks/__init__.py", "file checks/mod.py", "file checks/mod/__init__.py"} <= got
+    assert "file checks.py" not in got  # the package checks/ wins over it
+
+    def shadow() -> None:  # a package wins over a module of the same name at import
+        (tmp_path / "checks" / "mod").mkdir()
+        (tmp_path / "checks" / "mod" / "__init__.py").write_text("def ok():\n    return True\n")
+
+    def edit_parent() -> None:
+        (tmp_path / "checks" / "__init__.py").write_text("import sys\n")
+
+    assert changes_after(tmp_path, path, shadow, search_path=[]) == [
+        "file checks/mod/__init__.py added"]
+    # Now the package is what import finds: it is guarded, and mod.py no longer matters.
+    got = subjects(tmp_path, path, search_path=[])
+    assert "file checks/mod/__init__.py" in got
+    assert "file checks/mod.py" not in got
+    assert changes_after(tmp_path, path, edit_parent, search_path=[]) == [
+        "file checks/__init__.py changed"]
+
+
+def test_a_module_found_later_on_the_search_path_cannot_be_shadowed_from_the_rootdir(
+        tmp_path: Path) -> None:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "judge.py").write_text("def ok():\n    return False\n")
+    path = prd_file(tmp_path, story("US-1", {"python": "judge:ok"}))
+
+    def shadow() -> None:
+        (tmp_path / "judge.py").write_text("def ok():\n    return True\n")
+
+    assert changes_after(tmp_path, path, shadow, search_path=[str(lib)]) == [
+        "file judge.py added"]
+
+
+def test_the_modules_beside_the_verifier_script_are_guarded(tmp_path: Path) -> None:
+    # `python "tools dir/my judge.py"` puts "tools dir" first on sys.path: a json.py there
+    # shadows the standard library.
+    tools = tmp_path / "tools dir"
+    tools.mkdir()
+    (tools / "my judge.py").write_text("import json, helpers\n")
+    (tools / "helpers.py").write_text("STRICT = True\n")
+    path = prd_file(tmp_path, story("US-1", "Docs are written", {"run": "true"}))
+    verifier = 'python "tools dir/my judge.py"'
+
+    def new_json() -> None:
+        (tools / "json.py").write_text("def loads(s):\n    return {'verdict': 'pass'}\n")
+
+    def new_package() -> None:
+        (tools / "json").mkdir()
+        (tools / "json" / "__init__.py").write_text("")
+
+    def edit_helper() -> None:
+        (tools / "helpers.py").write_text("STRICT = False\n")
+
+    def edit_judge() -> None:
+        (tools / "my judge.py").write_text("import helpers\n")
+
+    def other_files() -> None:
+        (tools / "notes.txt").write_text("")
+        (tools / "sub").mkdir()
+        (tools / "sub" / "json.py").write_text("")
+
+    for edit in (new_json, new_package, edit_helper):
+        assert changes_after(tmp_path, path, edit, verifier=verifier) == [
+            "folder tools dir/ (modules) changed"], edit.__name__
+    assert changes_after(tmp_path, path, edit_judge, verifier=verifier) == [
+        "file tools dir/my judge.py changed"]
+    assert changes_after(tmp_path, path, other_files, verifier=verifier) == []
+
+
+def test_files_around_a_new_test_touch_only_the_criteria_of_guarded_tests(
+        tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_old.py").write_text("def test_old():\n    pass\n")
+    path = prd_file(tmp_path, story("US-1", {"pytest": "tests/test_old.py"}),
+                    story("US-2", {"pytest": "tests/test_new.py"}, {"run": "true"}))
+    start = snapshot(load_prd(path), tmp_path)
+    (tmp_path / "tests" / "test_new.py").write_text("def test_new(fixture):\n    pass\n")
+    (tmp_path / "tests" / "conftest.py").write_text("import pytest\n")
+    now = snapshot(load_prd(path), tmp_path, start=start)
+    assert compare(start, now) == [Change("file tests/conftest.py", "added", ("US-1::AC1",))]
 
 
 def test_apply_fails_the_touched_criteria_only() -> None:
@@ -315,6 +547,36 @@ def test_agent_maps_a_text_criterion_to_true_in_a_new_ini(pytester: pytest.Pytes
                                            "--ralph-max-iterations", "2")
     assert result.ret == 1, result.stdout.str()
     result.stdout.fnmatch_lines(["*Criteria changed: pytest configuration pytest.ini added*"])
+
+
+CHEATPLUG = ("import pytest\n@pytest.hookimpl(hookwrapper=True)\n"
+             "def pytest_runtest_makereport(item, call):\n"
+             "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")
+
+
+def test_agent_adds_a_config_file_beside_a_linked_test(pytester: pytest.Pytester,
+                                                       write_prd: Callable[..., Path],
+                                                       agent: Callable[[str, str], str]) -> None:
+    # The pytest check runs `pytest tests/test_feature.py` with no -c: tests/pytest.ini is the
+    # first configuration file it finds, and its addopts load a plugin that forces passes.
+    (pytester.path / "tests").mkdir()
+    (pytester.path / "tests" / "test_feature.py").write_text(FAILING_TEST)
+    write_prd(story("US-001", {"text": "feature works", "pytest": "tests/test_feature.py"}))
+    cmd = write_agent(agent, "import pathlib\n"
+                             f"pathlib.Path('cheatplug.py').write_text({CHEATPLUG!r})\n"
+                             "pathlib.Path('tests/pytest.ini').write_text("
+                             "'[pytest]\\naddopts = -p cheatplug\\n')")
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd,
+                                           "--ralph-max-iterations", "2")
+    assert result.ret == 1, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["*Criteria changed: pytest configuration tests/pytest.ini added*"])
+    assert "| 1 | pytest configuration tests/pytest.ini | added | US-001::AC1 |" in report_text(
+        pytester)
+    # The cheat is real: with the guard waived, the failing test "passes" and the run ends.
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd,
+                                           "--ralph-allow-criteria-edits")
+    assert result.ret == 0, result.stdout.str()
 
 
 def test_restoring_the_oracle_lets_the_run_complete(pytester: pytest.Pytester,

@@ -391,6 +391,87 @@ def test_json_line_separator_in_string_does_not_shift_lines(tmp_path: Path) -> N
     assert (problem.line, problem.column) == where(text, "42")
 
 
+# A template with the escapes {esc} on line 1 (description), before the first error on line 2
+# (title), after it (notes), and before the second error on line 3 (priority).
+SURROGATE_TEMPLATE = (
+    '{"description": "{esc}", "userStories": [\n'
+    '  {"id": "US-1", "title": "t {esc}", "acceptanceCriteria": ["x"], "passes": "yes", '
+    '"notes": "{esc}",\n'
+    '   "description": "{esc}", "priority": "p"}\n'
+    "]}\n"
+)
+
+
+@pytest.mark.parametrize(("escapes", "value"), [
+    # an escaped surrogate pair (one emoji), in lower and upper case
+    (r"caf\ud83d\ude00", "caf\U0001f600"),
+    (r"caf\uD83D\uDE00", "caf\U0001f600"),
+    # two adjacent pairs
+    (r"\ud83d\ude00\udbff\udfff", "\U0001f600\U0010ffff"),
+    # an escaped backslash, then "ud83d...": text, not an escape
+    (r"\\ud83d\\ude00", "\\ud83d\\ude00"),
+    # an escaped backslash, then a pair; two escaped backslashes, then "u..." as text
+    (r"\\\ud83d\ude00 \\\\ud83d", "\\\U0001f600 \\\\ud83d"),
+])
+@pytest.mark.parametrize("name", ["prd.json", "prd.jsonc"])
+def test_escaped_surrogate_pairs_keep_positions(tmp_path: Path, name: str, escapes: str,
+                                                value: str) -> None:
+    """libyaml (which gives the positions) refuses "\\ud83d" escapes: positions survive them."""
+    text = SURROGATE_TEMPLATE.replace("{esc}", escapes)
+    assert json.loads(text)["description"] == value
+    err = fail(write(tmp_path, name, text))
+    assert [(p.json_path, p.line, p.column) for p in err.problems] == [
+        ("$.userStories[0].passes", *where(text, '"yes"')),
+        ("$.userStories[0].priority", *where(text, '"p"')),
+    ]
+    # the exact places, counted by hand for the first case (12-character pair before them)
+    if escapes == r"caf\ud83d\ude00":
+        assert [(p.line, p.column) for p in err.problems] == [(2, 87), (3, 50)]
+
+    # and once valid, the model has the text and the lines
+    good = write(tmp_path, "good" + name[3:], text.replace('"yes"', "true").replace('"p"', "1"))
+    story = load_prd(good).stories[0]
+    assert (story.title, story.description, story.notes) == (f"t {value}", value, value)
+    assert (story.line, story.criteria[0].line) == (2, 2)
+
+
+def test_keys_with_escaped_surrogate_pairs_keep_their_names(tmp_path: Path) -> None:
+    # two different emoji keys (and an "XX" key) are not duplicates of each other; the real
+    # duplicate after them is reported at its place
+    text = ('{"x-\\ud83d\\ude00": 1, "x-\\ud83d\\ude01": 2, "x-XX": 3, "userStories": [],\n'
+            ' "x-\\ud83d\\ude00": 4}\n')
+    problem = one(fail(write(tmp_path, "prd.json", text)))
+    assert (problem.json_path, problem.message) == (
+        '$["x-\\ud83d\\ude00"]', "duplicate key 'x-\U0001f600'")
+    assert (problem.line, problem.column) == (2, 2)
+
+
+def test_unpaired_surrogate_escape_is_still_refused_with_its_position(tmp_path: Path) -> None:
+    text = '{"userStories": [\n  {"id": "US-1", "title": "t\\ud83d", "acceptanceCriteria": []}]}'
+    problem = one(fail(write(tmp_path, "prd.json", text)))
+    assert problem.json_path == "$.userStories[0].title"
+    assert problem.message.startswith("expected text; found a string with an unpaired surrogate")
+    assert (problem.line, problem.column) == where(text, '"t\\ud83d"') == (2, 27)
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("prd.json", '{"description": "caf\U0001f600",\n "userStories": [{"id": "A", "title": '
+     '"t\U0001f600", "acceptanceCriteria": ["x"], "passes": "yes"}]}\n'),
+    ("prd.yaml", 'description: "caf\\U0001F600"\nuserStories:\n- {id: A, title: "t\\U0001f600", '
+     "acceptanceCriteria: [x], passes: \"yes\"}\n"),
+    ("prd.yaml", "description: caf\U0001f600\nuserStories:\n- {id: A, title: t\U0001f600, "
+     'acceptanceCriteria: [x], passes: "yes"}\n'),
+])
+def test_emoji_written_as_such_or_as_yaml_escapes_keep_positions(tmp_path: Path, name: str,
+                                                                 text: str) -> None:
+    problem = one(fail(write(tmp_path, name, text)))
+    assert problem.json_path == "$.userStories[0].passes"
+    assert (problem.line, problem.column) == where(text, '"yes"')
+    good = write(tmp_path, "good" + name[3:], text.replace('"yes"', "true"))
+    prd = load_prd(good)
+    assert (prd.description, prd.stories[0].title) == ("caf\U0001f600", "t\U0001f600")
+
+
 # ---------------------------------------------------------------------------------------------
 # Invalid JSON / YAML syntax
 

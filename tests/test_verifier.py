@@ -152,6 +152,15 @@ BAD_ANSWERS = [
                  ["exit status 3;", "stderr (last lines):", "model overloaded"],
                  id="non-zero-exit"),
     pytest.param("os.kill(os.getpid(), 9)", ["killed by signal 9"], id="killed"),
+    pytest.param('print(\'{"verdict": "fail", "evidence": "e", "verdict": "pass"}\')',
+                 ['stdout has the key "verdict" twice in one object (an ambiguous answer)'],
+                 id="duplicate-key"),
+    pytest.param('print(\'{"verdict": "pass", "evidence": "e", "extra": {"a": 1, "a": 2}}\')',
+                 ['stdout has the key "a" twice in one object'], id="nested-duplicate-key"),
+    pytest.param('print(\'{"verdict": "pass", "evidence": "e", "score": NaN}\')',
+                 ["stdout has NaN, which is not JSON"], id="nan"),
+    pytest.param('print(\'{"verdict": "pass", "evidence": "e", "score": -Infinity}\')',
+                 ["stdout has -Infinity, which is not JSON"], id="infinity"),
 ]
 
 

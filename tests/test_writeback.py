@@ -483,6 +483,33 @@ def test_non_string_notes_go_to_the_sidecar(tmp_path: Path, value: str) -> None:
     assert write_back(prd, {"US-001": True}, sidecar, notes={"US-001": NOTE}) == []
 
 
+@pytest.mark.parametrize("name", ["prd.json", "prd.jsonc"])
+def test_escaped_surrogate_pairs_do_not_send_the_edit_to_the_sidecar(tmp_path: Path,
+                                                                      name: str) -> None:
+    """An emoji written as a JSON surrogate pair escape ("\\ud83d\\ude00"), before and
+    after the edited literals: ``passes`` and the note are still edited in place."""
+    content = ('{"project": "\\ud83d\\ude00",\n "userStories": [\n'
+               '  {"id": "US-001", "title": "t", "description": "caf\\ud83d\\ude00 \\\\ud83d",\n'
+               '   "acceptanceCriteria": ["\\uD83D\\uDE00\\ud83d\\ude01"], "passes": false,\n'
+               '   "notes": "human \\ud83d\\ude00\\npytest-ralph: old", "x": "\\ud83d\\ude00"},\n'
+               '  {"id": "US-002", "title": "\\ud83d\\ude00", "acceptanceCriteria": [],'
+               ' "passes": true}\n'
+               ']}\n')
+    prd = tmp_path / name
+    prd.write_bytes(content.encode("utf-8"))
+    sidecar = tmp_path / ".pytest_ralph" / "passes.json"
+    assert write_back(prd, {"US-001": True, "US-002": True}, sidecar,
+                      notes={"US-001": NOTE, "US-002": NOTE}) == ["US-001", "US-002"]
+    assert prd.read_bytes() == content.replace(
+        '"passes": false', '"passes": true').replace(
+        "pytest-ralph: old", NOTE).replace(
+        '"passes": true}', f'"passes": true, "notes": "{NOTE}"}}').encode("utf-8")
+    assert not sidecar.exists()
+    story = load_prd(prd).stories[0]
+    assert (story.description, story.passes) == ("caf\U0001f600 \\ud83d", True)
+    assert story.notes == "human \U0001f600\n" + NOTE
+
+
 def test_a_repeated_notes_key_goes_to_the_sidecar(tmp_path: Path) -> None:
     content = '{"userStories": [{"id": "US-001", "notes": "a", "passes": true, "notes": "b"}]}'
     prd = tmp_path / "prd.json"
