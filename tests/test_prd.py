@@ -1215,3 +1215,12 @@ def test_topic_slug_drops_accents() -> None:
 
     assert slugify("Café Déjà-vu 🚀") == "cafe-deja-vu"
     assert slugify("🚀🚀") == ""
+
+
+def test_a_python_criterions_timeout_must_be_a_positive_number(tmp_path: Path) -> None:
+    text = story_json("ok", {"python": "checks:ok", "timeout": "5"})
+    err = fail(write(tmp_path, "prd.json", text))
+    assert [(p.json_path, p.message) for p in err.problems] == [
+        ("$.userStories[0].acceptanceCriteria[1].timeout", 'expected a number; found string "5"')]
+    ok = write(tmp_path, "ok.json", story_json("ok", {"python": "checks:ok", "timeout": 2.5}))
+    assert load_prd(ok).stories[0].criteria[1].timeout == 2.5
