@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .process import read_tail, run_in_group
+from .process import Finished, read_tail, run_in_group
 from .results import CheckResults, CriterionResult, read_results
 
 #: Set in the child's environment: the child checks, it never drives a loop.
@@ -200,23 +200,39 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
         KeyboardInterrupt: after the child's process group has been killed.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    results_path = out_dir / "check.json"
     log_path = out_dir / "check.log"
-    results_path.unlink(missing_ok=True)
+    for name in ("check.json", "check.xml"):
+        (out_dir / name).unlink(missing_ok=True)
     env = dict(os.environ)
     env[CHILD_ENV] = "1"
-    junit_path = out_dir / "check.xml"
-    argv = config.argv(results_path, junit_path)
     start = time.monotonic()
+    # The child writes its results and JUnit XML into a private folder (mode 0700) outside
+    # the project, not into the state folder the agent can write to; copies are kept in
+    # ``out_dir`` for people.
     with tempfile.TemporaryDirectory(prefix=PYCACHE_DIR_PREFIX,
                                      ignore_cleanup_errors=True) as pycache, \
+            tempfile.TemporaryDirectory(prefix="pytest-ralph-results-",
+                                        ignore_cleanup_errors=True) as private, \
             log_path.open("w+b") as log:
+        results_path = Path(private) / "check.json"
+        junit_path = Path(private) / "check.xml"
+        argv = config.argv(results_path, junit_path)
         private_bytecode(env, pycache)
         # The child stops its own checks' process groups on SIGTERM: give it time to.
         finished = run_in_group(argv, cwd=config.rootdir, output=log, timeout=config.timeout,
                                 env=env, grace=CHILD_GRACE_SECONDS, watchdog=True)
         tail = read_tail(log, 3000).rstrip()
-    duration = time.monotonic() - start
+        for path in (results_path, junit_path):
+            if path.is_file():
+                with contextlib.suppress(OSError):
+                    shutil.copyfile(path, out_dir / path.name)
+        results = _read(config, finished, results_path, junit_path, tail, log_path)
+    return replace(with_missing(results, config.expected), duration=time.monotonic() - start)
+
+
+def _read(config: CheckPhaseConfig, finished: Finished, results_path: Path, junit_path: Path,
+          tail: str, log_path: Path) -> CheckResults:
+    """The results of a finished child, distrusting any that disagree with how it ended."""
     code = finished.returncode if finished.returncode is not None else -1
     output = f"its output ends:\n{tail}" if tail else "it printed nothing"
     if finished.timed_out:
@@ -232,6 +248,11 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
         except ValueError:
             results = CheckResults((), (f"the check phase (child pytest, exit {code}) wrote no "
                                         f"results; {output}",), code)
+        if code != 0 and results.complete:  # pytest exits 0 when every criterion passes
+            results = CheckResults((), (f"the check phase's results say every criterion "
+                                        f"passed, but the child pytest exited {code}: they are "
+                                        f"not used (something else may have written them); "
+                                        f"{output}",), code)
     if config.junitxml is not None and junit_path.is_file():
         with contextlib.suppress(OSError):
             config.junitxml.parent.mkdir(parents=True, exist_ok=True)
@@ -239,7 +260,7 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
     if not config.prd.is_file():
         results = replace(results, errors=(*results.errors, f"the PRD {config.prd} does not exist "
                                            "any more (deleted or moved); expected it in place"))
-    return replace(with_missing(results, config.expected), duration=duration)
+    return results
 
 
 #: Failure text of an expected criterion that a check phase did not report.

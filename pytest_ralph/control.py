@@ -6,6 +6,12 @@ take no lock the writer waits for). Cancel sets the run's ``cancel_requested`` f
 sends SIGTERM to the loop's process when it runs on this host; the loop stops its agent's
 process group, records the run as ``cancelled``, writes its report and exits 2.
 
+Whether a loop runs is decided by the state folder's lock (:meth:`StateDir.holder
+<pytest_ralph.state.StateDir.holder>`), not by the pid in the history: after a crash that
+pid may belong to an unrelated process. A run marked ``running`` is running only while
+the lock is held and the lock file names the run's pid. Without OS file locks (Windows)
+the pid test (``os.kill(pid, 0)``) is the fallback.
+
 This module does not import pytest.
 """
 
@@ -14,17 +20,53 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
+import re
 import signal
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 
 from .history import DB_NAME, History, HistoryError, NoHistory, StoredRun
+from .state import FILE_LOCKS, StateDir
 
 #: Exit code of ``--ralph-status`` / ``--ralph-cancel`` when the history cannot be read.
 EXIT_HISTORY_ERROR = 4
 
+#: What a resumable run was cancelled after, by its status (the reason recorded).
+_AFTER = {"crashed": "a crash", "interrupted": "an interrupt", "agent-error": "agent errors"}
 
-def _alive(pid: int | None, hostname: str) -> bool:
+
+@dataclass(frozen=True)
+class _Lock:
+    """What the state folder's lock says.
+
+    Attributes:
+        held: a process holds the lock (a loop runs on the folder).
+        pid: the pid written in the lock file by its holder, or ``None`` (not held, or
+            no pid in the file).
+        problem: why the lock could not be asked (``""`` if it could).
+    """
+
+    held: bool
+    pid: int | None
+    problem: str = ""
+
+
+def _lock(state_root: Path) -> _Lock:
+    """Ask the state folder's lock who holds it."""
+    try:
+        text = StateDir(state_root).holder()
+    except OSError as exc:
+        return _Lock(False, None, f"cannot read its lock file: {exc}")
+    if text is None:
+        return _Lock(False, None)
+    m = re.match(r"pid (\d+)\b", text)
+    return _Lock(True, int(m.group(1)) if m else None)
+
+
+def _pid_alive(pid: int | None, hostname: str) -> bool:
+    """The pid test, for platforms without file locks: a process with this pid exists here
+    (it may be another process than the loop, if the loop died and the pid was reused)."""
     if pid is None or hostname != socket.gethostname():
         return False
     try:
@@ -36,6 +78,27 @@ def _alive(pid: int | None, hostname: str) -> bool:
     return True
 
 
+def _running(run: StoredRun, lock: _Lock) -> bool | None:
+    """Whether the loop of ``run`` (status ``running``) still runs: ``True`` when the
+    folder's lock is held and names the run's pid; ``None`` when the lock could not be
+    asked (``lock.problem``); otherwise ``False`` (the loop died: a crash)."""
+    if not FILE_LOCKS:  # pragma: no cover - Windows
+        return _pid_alive(run.pid, run.hostname)
+    if lock.problem:
+        return None
+    return lock.held and run.pid is not None and lock.pid == run.pid
+
+
+def _current(history: History, lock: _Lock) -> StoredRun | None:
+    """The run whose loop holds the folder's lock, or ``None``."""
+    if not lock.held or lock.pid is None:
+        return None
+    row = history.connection.execute(
+        "SELECT id FROM runs WHERE status = 'running' AND pid = ? "
+        "ORDER BY updated DESC, id DESC LIMIT 1", (lock.pid,)).fetchone()
+    return None if row is None else history.run(str(row[0]))
+
+
 def _duration(seconds: float) -> str:
     seconds = max(0, int(seconds))
     h, rest = divmod(seconds, 3600)
@@ -43,8 +106,19 @@ def _duration(seconds: float) -> str:
     return (f"{h} h {m} min" if h else f"{m} min {s} s" if m else f"{s} s")
 
 
+def _where(run: StoredRun) -> str:
+    host = "" if run.hostname == socket.gethostname() else f" on {run.hostname}"
+    return f"pid {run.pid}{host}"
+
+
 def status(state_root: Path, *, now: _dt.datetime | None = None) -> tuple[int, str]:
-    """The status of the current or last run in the state folder ``state_root``.
+    """The status of the run in the state folder ``state_root``: the run whose loop holds
+    the folder's lock, else the run started last; then one line for each other PRD whose
+    last run the next ``pytest --ralph`` on that PRD would resume.
+
+    Args:
+        state_root: the state folder.
+        now: the current time (UTC), for the time spent by a running loop.
 
     Returns:
         ``(exit code, text)``: 0 and the status text; 0 and "no runs yet" when there is no
@@ -58,13 +132,16 @@ def status(state_root: Path, *, now: _dt.datetime | None = None) -> tuple[int, s
     except HistoryError as exc:
         return EXIT_HISTORY_ERROR, f"pytest-ralph: {exc}"
     with history:
-        run = history.last_run()
+        lock = _lock(state_root)
+        run = _current(history, lock) or history.last_run()
         if run is None:
             return 0, f"pytest-ralph: no runs yet in {state_root}"
-        return 0, _render(history, run, now or _dt.datetime.now(_dt.timezone.utc))
+        lines = _render(history, run, lock, now or _dt.datetime.now(_dt.timezone.utc))
+        lines += _others(history, run, lock)
+        return 0, "\n".join(lines)
 
 
-def _render(history: History, run: StoredRun, now: _dt.datetime) -> str:
+def _render(history: History, run: StoredRun, lock: _Lock, now: _dt.datetime) -> list[str]:
     settings = run.settings
     max_it = settings.get("max_iterations", "?")
     breaker = settings.get("breaker", "?")
@@ -72,20 +149,33 @@ def _render(history: History, run: StoredRun, now: _dt.datetime) -> str:
     iterations = history.iterations(run.id, with_criteria=False)
     done = max((it.n for it in iterations), default=0)
     state = run.status
-    if run.status == "running":
-        alive = _alive(run.pid, run.hostname)
-        state = (f"running (pid {run.pid})" if alive else
-                 f"running according to the history, but its loop (pid {run.pid} on "
+    running = _running(run, lock) if run.status == "running" else False
+    if running:
+        state = f"running ({_where(run)})"
+    elif running is None:
+        state = (f"running according to the history, but whether its loop ({_where(run)}) "
+                 f"still runs cannot be told: {lock.problem}")
+    elif run.status == "running":
+        state = (f"running according to the history, but its loop (pid {run.pid} on "
                  f"{run.hostname}) is gone: the next `pytest --ralph` resumes it")
     elif run.resumable:
         state += " (the next `pytest --ralph` resumes it; --ralph-new starts a new run)"
-    end = run.finished or now
+    if running is False:  # ended, or crashed: the time up to its last record
+        progress = f"iteration {done}/{max_it}"
+        end = run.finished or run.updated
+    else:
+        end = now
+        if not iterations:
+            progress = "baseline check running"
+        elif isinstance(max_it, int) and done >= max_it:
+            progress = f"iteration {done}/{max_it} done, the run is ending"
+        else:
+            progress = f"iteration {done}/{max_it} done, iteration {done + 1} running"
     lines = [f"pytest-ralph: run {run.id} of {run.prd}",
              f"  status: {state}" + (f"; exit {run.exit_code}" if run.exit_code is not None
                                       else ""),
-             f"  iteration {done}/{max_it}; started "
-             f"{run.started.strftime('%Y-%m-%d %H:%M:%S UTC')}; time spent "
-             f"{_duration((end - run.started).total_seconds())}"]
+             f"  {progress}; started {run.started.strftime('%Y-%m-%d %H:%M:%S UTC')}; time "
+             f"spent {_duration((end - run.started).total_seconds())}"]
     if run.reason:
         lines.append(f"  reason: {run.reason}")
     if run.cancel_requested:
@@ -113,16 +203,44 @@ def _render(history: History, run: StoredRun, now: _dt.datetime) -> str:
                      f"{a.duration:.1f} s; log {a.log_path}")
     else:
         lines.append("  last agent run: none yet")
-    return "\n".join(lines)
+    return lines
+
+
+def _others(history: History, shown: StoredRun, lock: _Lock) -> list[str]:
+    """One line for each PRD other than ``shown``'s whose last run the next ``pytest --ralph``
+    on it would resume, newest first."""
+    lines = []
+    prds = history.connection.execute(
+        "SELECT prd FROM runs WHERE prd <> ? GROUP BY prd ORDER BY MAX(started) DESC",
+        (str(shown.prd),)).fetchall()
+    for (prd,) in prds:
+        run = history.last_run(Path(prd))
+        if run is None:
+            continue
+        if run.status == "running":
+            running = _running(run, lock)
+            if running:  # not resumable (and the run shown above, unless its pid was reused)
+                continue
+            label = "crashed" if running is False else "running, or crashed: cannot be told"
+        elif run.resumable:
+            label = run.status
+        else:
+            continue
+        lines.append(f"  also resumable: run {run.id} of {run.prd} ({label})")
+    return lines
 
 
 def cancel(state_root: Path) -> tuple[int, str]:
     """Cancel the current run in the state folder ``state_root`` (idempotent).
 
-    A running loop gets its ``cancel_requested`` flag set and, when its process runs on
-    this host, SIGTERM; it then ends the run as ``cancelled`` (exit 2). A run that stopped
-    without finishing (interrupted, crashed, agent-error) is marked ``cancelled``, so that
-    nothing restarts it by itself; only an explicit ``pytest --ralph`` resumes it.
+    The current run is the one whose loop holds the folder's lock, else the run started
+    last. A running loop gets its ``cancel_requested`` flag set and, when it runs on this
+    host, SIGTERM; it then ends the run as ``cancelled`` (exit 2). A loop on another host
+    sees the flag at its next iteration boundary. A run that stopped without finishing
+    (interrupted, crashed, agent-error, or marked ``running`` by a loop that no longer
+    holds the lock) is marked ``cancelled``, so that nothing restarts it by itself; only
+    an explicit ``pytest --ralph`` resumes it. When the lock cannot be asked, only the
+    flag is set and nothing is signalled.
 
     Returns:
         ``(exit code, message)``: 0 when the run is cancelled (now or before) or there is
@@ -136,25 +254,42 @@ def cancel(state_root: Path) -> tuple[int, str]:
     except HistoryError as exc:
         return EXIT_HISTORY_ERROR, f"pytest-ralph: {exc}"
     with history:
-        run = history.last_run()
+        lock = _lock(state_root)
+        run = _current(history, lock) or history.last_run()
         if run is None:
             return 0, f"pytest-ralph: nothing to cancel: no runs yet in {state_root}"
         if run.status == "cancelled":
             return 0, (f"pytest-ralph: run {run.id} is already cancelled; `pytest --ralph` "
                        "resumes it")
-        if run.status == "running" and _alive(run.pid, run.hostname):
+        running = _running(run, lock) if run.status == "running" else False
+        if running:
             newly = history.request_cancel(run.id)
+            again = "requested" if newly else "requested again"
+            if run.hostname != socket.gethostname():
+                return 0, (f"pytest-ralph: cancel {again}: run {run.id} ({_where(run)}) "
+                           "stops at its next iteration boundary, writes its report and "
+                           "exits 2")
             assert run.pid is not None
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(run.pid, signal.SIGTERM)
-            return 0, (f"pytest-ralph: cancel {'requested' if newly else 'requested again'}: "
-                       f"run {run.id} (pid {run.pid}) stops its agent, writes its report and "
-                       "exits 2")
+            if _running(run, _lock(state_root)):  # still the same loop, right before the signal
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(run.pid, signal.SIGTERM)
+            return 0, (f"pytest-ralph: cancel {again}: run {run.id} (pid {run.pid}) stops its "
+                       "agent, writes its report and exits 2")
+        if running is None:
+            newly = history.request_cancel(run.id)
+            return 0, (f"pytest-ralph: cancel {'requested' if newly else 'requested again'} "
+                       f"for run {run.id}, without a signal: whether its loop ({_where(run)}) "
+                       f"still runs cannot be told ({lock.problem}); a running loop stops at "
+                       "its next iteration boundary")
         if run.status == "running" or run.resumable:
+            crashed = run.status in ("running", "crashed")
+            after = (f"a crash (its loop, pid {run.pid} on {run.hostname}, was gone)"
+                     if run.status == "running" else _AFTER.get(run.status, run.status))
             history.request_cancel(run.id)
-            history.set_status(run.id, "cancelled", f"cancelled by --ralph-cancel after "
-                                                    f"{run.status}")
-            return 0, (f"pytest-ralph: run {run.id} ({run.status}, no loop running) is now "
-                       "cancelled; `pytest --ralph` resumes it")
+            history.set_status(run.id, "cancelled", f"cancelled by --ralph-cancel after {after}")
+            what = (f"crashed: its loop, pid {run.pid}, is gone" if crashed else
+                    f"{run.status}, no loop running")
+            return 0, (f"pytest-ralph: run {run.id} ({what}) is now cancelled; `pytest "
+                       "--ralph` resumes it")
         return 0, (f"pytest-ralph: nothing to cancel: the last run {run.id} already ended "
                    f"({run.status})")

@@ -62,8 +62,9 @@ meets a new database), never deleted, and :class:`HistoryError` says where it we
 open starts a new history. A valid SQLite database of another program (tables, but no
 ``meta`` schema version), or one of a newer schema version, is left where it is and
 :class:`HistoryError` says what to do. A zero-byte file is an empty SQLite database: a new
-history. A read-only open never moves or creates anything; with no history yet it raises
-:class:`NoHistory`.
+history. A read-only open never moves anything and never creates the database (SQLite may
+create its ``-wal`` / ``-shm`` companions, as any WAL reader does); with no history yet it
+raises :class:`NoHistory`.
 
 This module does not import pytest.
 """
@@ -115,6 +116,8 @@ CRITERION_OUTCOMES = ("passed", "failed")
 #: SQLite result codes (primary) that mean the file is damaged or not a database.
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
+#: SQLite result code (primary): a file could not be opened or created.
+_SQLITE_CANTOPEN = 14
 
 _UTC = _dt.timezone.utc
 
@@ -410,8 +413,15 @@ class History:
         ``file:...?mode=ro`` URI: it never creates the database, never migrates, never
         moves anything, and never blocks the writer (WAL readers take no write lock). It
         skips ``quick_check`` (a damaged file still fails with :class:`HistoryError` when
-        its schema cannot be read). SQLite may create the ``-wal``/``-shm`` files next to
-        the database, as any WAL reader does.
+        its schema cannot be read). It is not free of writes, though: a reader of a WAL
+        database needs the ``-shm`` index next to it and SQLite creates ``-shm`` (and
+        ``-wal``) when they are missing, as for any WAL reader. When they are missing and
+        cannot be created (a read-only folder or file system), SQLite fails with "unable to
+        open database file"; the open then retries with ``immutable=1`` added to the URI,
+        which reads the database file alone, without any lock or ``-shm``. That snapshot is
+        complete: with no ``-shm`` file no connection has the database open in WAL mode, so
+        every commit has been checkpointed into the file (unless someone deleted ``-shm``
+        and left a ``-wal``, whose commits would then not be seen).
 
         Args:
             path: the database file (``<state folder>/ralph.db``).
@@ -428,21 +438,31 @@ class History:
                 files, and the message says where; read-only: left alone); it is another
                 program's SQLite database (left alone); it has a newer schema version (left
                 alone); or it cannot be opened (permissions, a missing folder, locked longer
-                than :data:`BUSY_TIMEOUT`).
+                than :data:`BUSY_TIMEOUT`; read-only, the message says which permissions
+                SQLite needs).
         """
         if readonly and not path.exists():
             raise NoHistory(f"no run history yet: {path} does not exist (the first "
                             "`pytest --ralph` creates it)")
         if readonly:
-            conn = _connect(path, readonly=True)
             try:
-                version = _inspect(conn, path, quick_check=False)
-                if version == 0:
-                    raise NoHistory(f"no run history yet: {path} is empty (the first "
-                                    "`pytest --ralph` fills it)")
-                mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0])
+                try:
+                    conn, mode = _open_readonly(path, immutable=False)
+                except sqlite3.OperationalError as exc:
+                    if not _cant_open(exc):
+                        raise
+                    # No -shm file and no right to create one (see above): read the file alone.
+                    try:
+                        conn, mode = _open_readonly(path, immutable=True)
+                    except sqlite3.OperationalError as again:
+                        if not _cant_open(again):
+                            raise
+                        raise HistoryError(
+                            f"cannot read the run history {path} ({again}): SQLite needs to "
+                            f"read {path.name} and, while {path.name}-shm does not exist, to "
+                            f"create it in {path.parent}; check the permissions of {path} "
+                            "and of its folder, or run as their owner") from None
             except BaseException as exc:
-                conn.close()
                 raise _translate(exc, path, move=False) from None
             return cls(conn, path, readonly=True, journal_mode=mode)
         if path.exists():
@@ -571,7 +591,8 @@ class History:
                                  "passed or failed")
         end = _iso(finished)
         criteria_changed = [{"subject": ch.subject, "change": ch.change,
-                             "criteria": list(ch.criteria)} for ch in changes]
+                             "criteria": list(ch.criteria), "detail": ch.detail}
+                            for ch in changes]
         with self._write() as conn:
             conn.execute(
                 "INSERT INTO iterations (run_id, n, story, started, finished, passing, total, "
@@ -660,6 +681,21 @@ class History:
                                (*args, run_id))
             self._require(cur, run_id)
             self._event(conn, run_id, None, "status", status + (f": {reason}" if reason else ""))
+
+    def update_run(self, run_id: str, *, argv: Sequence[str],
+                   settings: Mapping[str, Any]) -> None:
+        """Record the agent argv and settings a resumed run goes on with.
+
+        Raises:
+            KeyError: no such run.
+            sqlite3.OperationalError: the database stayed locked for :data:`BUSY_TIMEOUT`.
+            HistoryError: the history is open read-only.
+        """
+        with self._write() as conn:
+            cur = conn.execute("UPDATE runs SET agent_argv = ?, settings = ?, updated = ? "
+                               "WHERE id = ?", (_json(list(argv)), _json(dict(settings)),
+                                                _iso(_now()), run_id))
+            self._require(cur, run_id)
 
     def add_event(self, run_id: str, kind: str, message: str, n: int | None = None) -> int:
         """Append an event to a run's timeline.
@@ -911,8 +947,8 @@ def _iteration(row: Sequence[Any], criteria: list[CriterionResult],
      fingerprint, streak, error_streak, regressions, flaky, changed, errors, extra) = row
     results = CheckResults(tuple(criteria), tuple(json.loads(errors)), int(exitstatus),
                            float(check_duration), extra=dict(json.loads(extra)))
-    changes = tuple(Change(str(c["subject"]), str(c["change"]), tuple(c["criteria"]))
-                    for c in json.loads(changed))
+    changes = tuple(Change(str(c["subject"]), str(c["change"]), tuple(c["criteria"]),
+                           str(c.get("detail", ""))) for c in json.loads(changed))
     return StoredIteration(str(run_id), int(n), str(story), _time(started), _time(finished),
                            int(passing), int(total), str(fingerprint), int(streak),
                            int(error_streak), tuple(json.loads(regressions)),
@@ -945,6 +981,43 @@ def _connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _open_readonly(path: Path, *, immutable: bool) -> tuple[sqlite3.Connection, str]:
+    """A query-only connection to the existing history ``path`` and its journal mode.
+
+    Args:
+        path: the database file (it exists).
+        immutable: add ``immutable=1`` to the URI: read the file alone, without locks,
+            ``-wal`` or ``-shm`` (see :meth:`History.open`).
+
+    Raises:
+        NoHistory: the database is empty.
+        sqlite3.Error: SQLite cannot open or read it (unchanged, for the caller to judge).
+        _Damage, HistoryError: as :func:`_inspect` (``quick_check`` is skipped).
+    """
+    query = "?mode=ro&immutable=1" if immutable else "?mode=ro"
+    conn = sqlite3.connect(path.absolute().as_uri() + query, uri=True, timeout=BUSY_TIMEOUT,
+                           isolation_level=None)
+    try:
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA query_only = ON")
+        if _inspect(conn, path, quick_check=False) == 0:
+            raise NoHistory(f"no run history yet: {path} is empty (the first `pytest --ralph` "
+                            "fills it)")
+        mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0])
+    except BaseException:
+        conn.close()
+        raise
+    return conn, mode
+
+
+def _cant_open(exc: sqlite3.Error) -> bool:
+    """Whether a SQLite error is ``SQLITE_CANTOPEN`` ("unable to open database file")."""
+    code = getattr(exc, "sqlite_errorcode", None)  # Python >= 3.11
+    if isinstance(code, int):
+        return (code & 0xFF) == _SQLITE_CANTOPEN
+    return "unable to open database file" in str(exc)
 
 
 def _inspect(conn: sqlite3.Connection, path: Path, *, quick_check: bool) -> int:

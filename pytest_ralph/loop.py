@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import IO, TextIO
 
 from .agent import (
     AgentCommandError,
@@ -217,6 +217,8 @@ class Loop:
         self.new_run = new_run
         self._out_broken = False
         self._history: History | None = None
+        self._lock: IO[str] | None = None
+        self._db_sig: tuple[object, ...] = ()
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -349,24 +351,28 @@ class Loop:
             raise LoopUsageError(str(exc)) from None
         except OSError as exc:
             raise LoopUsageError(f"cannot use the state folder {state.root}: {exc}") from None
-        with lock:
-            try:
-                history = History.open(state.root / DB_NAME)
-            except HistoryError as exc:
-                raise LoopUsageError(str(exc)) from None
-            self._history = history
+        self._lock = lock
+        try:
             if state.stale_lock:
                 self._print(f"pytest-ralph: warning: taking over the loop lock of {state.root} "
                             f"left by a loop that is not running any more ({state.stale_lock})")
             try:
+                self._history = History.open(state.root / DB_NAME)
+            except HistoryError as exc:
+                raise LoopUsageError(str(exc)) from None
+            self._db_sig = _db_signature(self.history.path)
+            try:
                 return self._run_locked(prd, argv, state)
             finally:
-                self._history.close()
+                self.history.close()
                 self._history = None
-                with contextlib.suppress(OSError, ValueError):  # a clean exit leaves no holder
-                    lock.seek(0)
-                    lock.truncate()
-                    lock.flush()
+        finally:  # a clean exit leaves no holder behind
+            for held in {id(lock): lock, id(self._lock): self._lock}.values():
+                with contextlib.suppress(OSError, ValueError):
+                    held.seek(0)
+                    held.truncate()
+                    held.flush()
+                    held.close()
 
     @property
     def history(self) -> History:
@@ -380,12 +386,16 @@ class Loop:
         for rid in self.history.mark_crashed_if_dead(lambda pid: False):
             self.history.add_event(rid, "crash", "found running without its loop: the loop "
                                    "process died (killed, power loss) before it ended the run")
-        stored = None if self.new_run else self.history.last_run(prd.path)
-        if stored is not None and stored.resumable:
-            run = self._resume(stored, prd, argv, state)
+        last = self.history.last_run(prd.path)
+        if last is not None and last.resumable and not self.new_run:
+            run = self._resume(last, prd, argv, state)
         else:
             run = RunRecord(prd=prd, settings=s, argv=argv, run_dir=state.new_run())
             run.oracle = self._snapshot(prd)
+            if last is not None:
+                run.warnings += self._changed_since(last, prd)
+            else:
+                run.warnings += self._lost_runs(state, prd, run.run_dir.id)
             self._begin(run)
         selected = self._selected(prd)
         n_crit = sum(len(st.criteria) for st in selected)
@@ -425,6 +435,7 @@ class Loop:
                                started=run.started, pid=os.getpid(),
                                hostname=socket.gethostname(),
                                oracle=snapshot_to_json(run.oracle))
+        self._db_sig = _db_signature(self.history.path)
 
     def _resume(self, stored: StoredRun, prd: PRD, argv: list[str], state: StateDir) -> RunRecord:
         """Rebuild the run ``stored`` from the history and mark it running again."""
@@ -434,8 +445,32 @@ class Loop:
                         started=stored.started, resumed_from=stored.status)
         try:
             run.oracle = snapshot_from_json(stored.oracle)
-        except ValueError:
-            run.oracle = self._snapshot(prd)
+            if not any(k.startswith("criterion ") for k in run.oracle.digests):
+                raise ValueError("no criterion in it")
+        except ValueError:  # fail closed: never take the tree as it is now as the reference
+            raise LoopUsageError(
+                f"run {stored.id} ({stored.status}) cannot be resumed: the snapshot of its "
+                f"criteria taken when it started is unreadable in {self.history.path} (the "
+                "history was damaged or edited); `pytest --ralph --ralph-new` starts a new run, "
+                "whose start becomes the reference") from None
+        changes = [] if self.settings.allow_criteria_edits else compare(
+            run.oracle, self._snapshot(prd, run.oracle))
+        if changes:
+            raise LoopUsageError(
+                f"run {stored.id} ({stored.status}) cannot be resumed as it is: its criteria "
+                f"changed since it started ({_changes_text(changes)}), and a resumed run would "
+                "count that against the agent; restore them (if an agent made these changes), "
+                "or start a new run with the criteria as they are now: `pytest --ralph "
+                "--ralph-new` (or pass --ralph-allow-criteria-edits)")
+        new_settings = json.loads(json.dumps(_settings_json(self.settings), default=str))
+        differ = [f"{k} {stored.settings.get(k)!r} -> {v!r}" for k, v in new_settings.items()
+                  if k in stored.settings and stored.settings[k] != v]
+        if list(stored.argv) != list(argv):
+            differ.append(f"agent {list(stored.argv)} -> {argv}")
+        if differ:
+            self._print("pytest-ralph: the resumed run goes on with changed settings: "
+                        + "; ".join(differ))
+            self.history.update_run(stored.id, argv=argv, settings=new_settings)
         for it in self.history.iterations(stored.id):
             run.iterations.append(_record(it, run_dir))
             run.flaky.update(it.flaky)
@@ -443,6 +478,44 @@ class Loop:
         self.history.set_status(stored.id, "running", f"resumed after {stored.status}",
                                 pid=os.getpid(), hostname=socket.gethostname())
         return run
+
+    def _lost_runs(self, state: StateDir, prd: PRD, new_id: str) -> list[str]:
+        """A warning when run folders of this PRD exist that the history does not know (the
+        database or its WAL file was deleted or replaced)."""
+        lost = []
+        for summary in sorted((state.root / "runs").glob("*/run.json")):
+            rid = summary.parent.name
+            if rid == new_id or self.history.run(rid) is not None:
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                if json.loads(summary.read_text("utf-8")).get("prd") == str(prd.path):
+                    lost.append(rid)
+        if not lost:
+            return []
+        message = (f"the run history {self.history.path} does not know {plural(len(lost), 'run')}"
+                   f" of this PRD found in {state.root / 'runs'} ({', '.join(lost[-3:])}): the "
+                   "database or its -wal file was deleted or replaced; their iterations do not "
+                   "count for this new run")
+        self._print(f"pytest-ralph: warning: {message}")
+        return [message]
+
+    def _changed_since(self, last: StoredRun, prd: PRD) -> list[str]:
+        """A warning when the criteria differ from the start of the last run of this PRD
+        (an agent's edit that was never restored becomes this run's reference)."""
+        if self.settings.allow_criteria_edits:
+            return []
+        try:
+            before = snapshot_from_json(last.oracle)
+        except ValueError:
+            return []
+        changes = compare(before, self._snapshot(prd, before))
+        if not changes:
+            return []
+        message = (f"the criteria changed since the last run {last.id} ({last.status}) started:"
+                   f" {_changes_text(changes)}; this run takes them as they are now as its "
+                   "reference (restore them first if an agent made these changes)")
+        self._print(f"pytest-ralph: warning: {message}")
+        return [message]
 
     def _cancel_requested(self, run: RunRecord) -> bool:
         with contextlib.suppress(HistoryError, OSError, Exception):
@@ -552,6 +625,7 @@ class Loop:
             results=rec.results, agent=rec.agent, fingerprint=rec.fingerprint,
             streak=rec.streak, error_streak=rec.error_streak, regressions=rec.regressions,
             flaky=rec.flaky, changes=rec.changes)
+        self._db_sig = _db_signature(self.history.path)
 
     def _last_fingerprint(self, run: RunRecord) -> str | None:
         """The fingerprint the breaker compares the next iteration with."""
@@ -563,33 +637,76 @@ class Loop:
         return last
 
     def _check_state(self, run: RunRecord, state: StateDir) -> None:
-        """Notice a state folder (or its history) deleted during the run, by the agent say:
-        recreate it and rebuild the history from memory; say what was lost."""
+        """Notice a state folder, lock file or history deleted or damaged during the run (by
+        the agent, say): recreate what is missing, rebuild the history from memory, and say
+        what was lost.
+
+        Raises:
+            LoopUsageError: another loop took the lock after its file was deleted, or the
+                history became unusable (a newer schema, say).
+        """
         db = state.root / DB_NAME
-        if db.exists() and run.run_dir.path.is_dir():
-            return
-        # The check phase recreates folders it writes to: .gitignore says whether the state
-        # folder itself went.
-        lost = ("the state folder" if not (state.root / ".gitignore").exists() else
-                "the run history" if not db.exists() else "the run's folder")
-        state.ensure()
+        problems: list[str] = []
+        if not (state.root / ".gitignore").exists():  # the check phase recreates folders
+            problems.append(f"the state folder {state.root} was deleted")
+        with contextlib.suppress(OSError):
+            state.ensure()
+        if not self._lock_intact(state):
+            try:
+                new = state.lock()
+            except LockedError as exc:
+                raise LoopUsageError(f"the loop lock of {state.root} was deleted during the run, "
+                                     f"and another loop took it: {exc}") from None
+            except OSError as exc:
+                raise LoopUsageError(f"cannot recreate the loop lock in {state.root}: "
+                                     f"{exc}") from None
+            self._lock = new
+            if not problems:
+                problems.append(f"the loop lock {state.root / 'lock'} was deleted")
         run.run_dir.path.mkdir(parents=True, exist_ok=True)
-        self.history.close()
-        try:
-            self._history = History.open(db)
-        except HistoryError as exc:
-            raise LoopUsageError(str(exc)) from None
-        if self.history.run(run.run_dir.id) is None:
-            self._begin(run)
+        if _db_signature(db) != self._db_sig:
+            if not problems:
+                problems.append(f"the run history {db} was "
+                                + ("deleted" if not db.exists() else "changed by someone else"))
+            self.history.close()
+            try:
+                self._history = History.open(db)  # a damaged file is moved aside first
+            except HistoryError as exc:
+                if db.exists():
+                    raise LoopUsageError(str(exc)) from None
+                problems.append(str(exc))
+                try:
+                    self._history = History.open(db)
+                except HistoryError as exc2:
+                    raise LoopUsageError(str(exc2)) from None
+            self._db_sig = _db_signature(db)
+            stored = self.history.run(run.run_dir.id)
+            if stored is None:
+                self._begin(run)
+            have = {it.n for it in self.history.iterations(run.run_dir.id, with_criteria=False)}
             for rec in run.iterations:
-                self._store(run.run_dir.id, rec)
-        message = (f"{lost} ({state.root}) was deleted during the run (noticed at iteration "
-                   f"{len(run.iterations)}); recreated it and rebuilt the run "
-                   "history from memory; lost: earlier prompts, agent logs, check logs, "
-                   "progress.txt and earlier runs' history")
+                if rec.n not in have:
+                    self._store(run.run_dir.id, rec)
+            if stored is not None and have >= {rec.n for rec in run.iterations}:
+                problems = [p for p in problems if "changed by someone else" not in p]
+        if not problems:
+            return
+        message = ("; ".join(problems) + f" during the run (noticed at iteration "
+                   f"{len(run.iterations)}); recreated what was missing and rebuilt the run "
+                   "history from memory; lost: earlier prompts, agent logs and check logs of "
+                   "this run if they were deleted, progress.txt, and earlier runs' history")
         run.warnings.append(message)
         self.history.add_event(run.run_dir.id, "state-lost", message)
         self._print(f"pytest-ralph: warning: {message}")
+
+    def _lock_intact(self, state: StateDir) -> bool:
+        """Whether the lock file we hold is still the one at ``<state>/lock``."""
+        if self._lock is None:
+            return True
+        try:
+            return os.fstat(self._lock.fileno()).st_ino == (state.root / "lock").stat().st_ino
+        except (OSError, ValueError):
+            return False
 
     def _snapshot(self, prd: PRD, start: Snapshot | None = None) -> Snapshot:
         return snapshot(prd, self.rootdir, inifile=self.inifile, stories=self.settings.story,
@@ -783,6 +900,20 @@ class Loop:
                     "exit_code": it.agent.exit_code, "duration": round(it.agent.duration, 3)},
             } for it in run.iterations],
         })
+
+
+def _db_signature(db: Path) -> tuple[object, ...]:
+    """Identity, size and modification time of the database and its WAL file: what our own
+    commits change, so that a change between two of them was made by someone else."""
+    out: list[object] = []
+    for path in (db, db.with_name(db.name + "-wal")):
+        try:
+            st = path.stat()
+        except OSError:
+            out.append(None)
+            continue
+        out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
 
 
 def _settings_json(settings: Settings) -> dict[str, object]:

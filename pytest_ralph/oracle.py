@@ -22,7 +22,13 @@ At the start of a run the loop takes a :class:`Snapshot` of the *oracle*:
   there);
 - the files the ``ralph_verifier`` command names, and the names and contents of the other
   Python modules (``.py``, ``.pyc``, extension modules and packages' ``__init__`` files)
-  directly in each one's folder, which comes first on a script's ``sys.path``.
+  directly in each one's folder, which comes first on a script's ``sys.path``;
+- in each folder that comes first on the ``sys.path`` of a check (the rootdir, the PRD's
+  folder, and the *basedir* pytest's ``prepend`` import mode inserts for each guarded test
+  file and ``conftest.py``: the first folder above it without ``__init__.py``), the names
+  and contents of the modules and packages that would shadow a standard-library module
+  (:func:`_stdlib_listing`): pytest imports some of them late (``pdb``, say), after the
+  rootdir is on ``sys.path``, so a new ``pdb.py`` there could patch pytest.
 
 A configuration file without a pytest section counts as absent when pytest ignores it (see
 :func:`_config_digest`).
@@ -36,13 +42,19 @@ anything a ``run`` command touches (the agent is meant to change those), and a f
 folder) named by a ``pytest`` check that did not exist at the start (the agent is meant to
 write it): such a file is also left out of the name lists of the folders around it, and the
 ``conftest.py``, ``__init__.py`` and configuration files around it are not linked to its
-criterion (they still are to the criteria of guarded tests they affect).
+criterion (they still are to the criteria of guarded tests they affect). The name lists also
+leave out the check targets, and, when a target is a folder, the files in it other than
+Python modules (:func:`_is_code`).
+
+A snapshot keeps each folder's name list, so that a change to one says what was added,
+removed or (for lists of modules) changed (:attr:`Change.detail`).
 
 This module does not import pytest.
 """
 
 from __future__ import annotations
 
+import bisect
 import configparser
 import hashlib
 import importlib.machinery
@@ -50,8 +62,8 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +99,22 @@ _MODULE_SUFFIXES = (*importlib.machinery.EXTENSION_SUFFIXES,
                     *importlib.machinery.BYTECODE_SUFFIXES)
 
 #: How the subject of a folder's name list ends: all files (a ``pytest`` check's folder),
-#: or the modules in it (a verifier file's folder).
-_FILES, _MODULES = " (files)", " (modules)"
+#: the modules in it (a verifier file's folder), or the modules and packages in it named
+#: after a standard-library module (a folder first on a check's ``sys.path``).
+_FILES, _MODULES, _STDLIB = " (files)", " (modules)", " (standard-library names)"
+
+#: Top-level modules of the standard library (on every platform).
+_STDLIB_NAMES = frozenset(sys.stdlib_module_names)
+
+#: Suffixes of the files a name list keeps under a check target that is a folder: the
+#: Python modules (any extension module, for any interpreter, included).
+_CODE_SUFFIXES = (*_MODULE_SUFFIXES, ".py", ".pyw", ".pyc", ".so", ".pyd")
+
+#: The check field that names the target of a criterion of each kind that has one.
+_TARGET_FIELDS = {"exists": "exists", "file": "file", "schema": "instance", "sql": "db"}
+
+#: How many names :attr:`Change.detail` shows.
+_DETAIL_NAMES = 5
 
 #: Hint appended to the failure of a criterion whose oracle changed.
 RESTORE_HINT = ("restore it (for example `git checkout -- <file>`), or rerun with "
@@ -110,15 +136,21 @@ class Change:
             not exist) or ``removed`` (a criterion that is no longer in the PRD).
         criteria: keys (``US-001::AC1``) of the criteria whose verdict depends on the
             subject.
+        detail: for a folder's name list that changed, what did: ``added tests/test_b.py;
+            removed tests/old.py`` (at most five names, then ``+N more``; ``changed`` names
+            modules whose contents changed); empty otherwise, or when the start's snapshot
+            kept no name list.
     """
 
     subject: str
     change: str
     criteria: tuple[str, ...]
+    detail: str = ""
 
     def describe(self) -> str:
-        """``file tests/test_a.py changed``."""
-        return f"{self.subject} {self.change}"
+        """``file tests/test_a.py changed``, ``folder tests/ (files) changed: added
+        tests/test_b.py``."""
+        return f"{self.subject} {self.change}" + (f": {self.detail}" if self.detail else "")
 
 
 @dataclass(frozen=True)
@@ -131,19 +163,25 @@ class Snapshot:
         links: subject -> keys of the criteria that depend on it.
         unguarded: files or folders named by ``pytest`` checks that did not exist at the
             start (relative paths): the agent may create them.
+        listings: subject of a folder's name list -> the names it covers, relative to the
+            folder, sorted; for lists of modules, each name is followed by a tab and the
+            start of its file's digest. Absent for a folder that does not exist (and in
+            snapshots of older versions).
     """
 
     digests: Mapping[str, str]
     links: Mapping[str, frozenset[str]]
     unguarded: tuple[str, ...] = ()
+    listings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def snapshot_to_json(snap: Snapshot) -> dict[str, Any]:
     """``snap`` as a JSON object: ``{"digests": {subject: digest}, "links": {subject:
-    [criterion key, ...]}, "unguarded": [path, ...]}``."""
+    [criterion key, ...]}, "unguarded": [path, ...], "listings": {subject: [name, ...]}}``."""
     return {"digests": dict(snap.digests),
             "links": {k: sorted(v) for k, v in snap.links.items()},
-            "unguarded": list(snap.unguarded)}
+            "unguarded": list(snap.unguarded),
+            "listings": {k: list(v) for k, v in snap.listings.items()}}
 
 
 def snapshot_from_json(data: Mapping[str, Any]) -> Snapshot:
@@ -155,7 +193,9 @@ def snapshot_from_json(data: Mapping[str, Any]) -> Snapshot:
     try:
         return Snapshot({str(k): str(v) for k, v in data["digests"].items()},
                         {str(k): frozenset(map(str, v)) for k, v in data["links"].items()},
-                        tuple(map(str, data.get("unguarded", ()))))
+                        tuple(map(str, data.get("unguarded", ()))),
+                        {str(k): tuple(map(str, v))
+                         for k, v in data.get("listings", {}).items()})
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"not an oracle snapshot: {exc!r}") from None
 
@@ -185,20 +225,26 @@ def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
 
     Subjects: ``criterion <key>``, ``file <path>``, ``pytest configuration <path>`` (the
     digest of the file's pytest section), ``folder <path>/ (files)`` (the names of the files
-    under a folder a ``pytest`` check names) and ``folder <path>/ (modules)`` (the names and
-    digests of the modules in a verifier file's folder); paths are relative to the rootdir.
+    under a folder a ``pytest`` check names), ``folder <path>/ (modules)`` (the names and
+    digests of the modules in a verifier file's folder) and ``folder <path>/ (standard-library
+    names)`` (the names and digests of the modules and packages in a folder first on a
+    check's ``sys.path`` that would shadow the standard library's); paths are relative to
+    the rootdir.
     """
     root = rootdir.resolve()
     digests: dict[str, str] = {}
     links: dict[str, set[str]] = {}
+    listings: dict[str, tuple[str, ...]] = {}
     unguarded: set[str] = set(start.unguarded) if start else set()
     selected = [st for st in prd.stories if not stories or st.id in stories]
     every = {c.key for st in selected for c in st.criteria}
     started = start.digests if start is not None else {}
     rels: dict[Path, str] = {}
     chains: dict[Path, list[Path]] = {}
+    basedirs: dict[Path, Path] = {}
     modules: dict[str, list[tuple[Path, bool]]] = {}
     around: dict[tuple[Path, bool], list[str]] = {}
+    found_elsewhere: dict[str, bool] = {}
     named = _command_files(verifier, rootdir) if verifier else []
 
     def rel_of(path: Path) -> str:
@@ -212,6 +258,13 @@ def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
         if folder not in chains:
             chains[folder] = _chain(folder, root)
         return chains[folder]
+
+    def basedir(folder: Path) -> Path:
+        """The folder pytest's ``prepend`` import mode puts first on ``sys.path`` for a
+        module in ``folder``, cached per folder."""
+        if folder not in basedirs:
+            basedirs[folder] = _basedir(folder)
+        return basedirs[folder]
 
     def link(subject: str, keys: Iterable[str]) -> None:
         links.setdefault(subject, set()).update(keys)
@@ -239,22 +292,37 @@ def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
     def guard_folder(path: Path, what: str, keys: Iterable[str]) -> None:
         subject = f"folder {rel_of(path)}/{what}"
         if subject not in digests:
-            digests[subject] = folder_digest(rel_of(path), what)
+            take_folder(subject, rel_of(path), what)
         link(subject, keys)
 
-    def folder_digest(base: str, what: str) -> str:
-        """The digest of the name list ``what`` of the folder ``base`` (relative to the
-        rootdir)."""
+    def take_folder(subject: str, base: str, what: str) -> None:
+        """Record the digest and name list ``what`` of the folder ``base`` (relative to the
+        rootdir) under ``subject``."""
+        skip = skipper(base)
+        folder = rootdir / base
         if what == _FILES:
-            return _files_digest(rootdir / base, skipped(base))
-        return _modules_digest(rootdir / base, frozenset(
-            f.name for f in named if rel_of(f.parent) == base))
+            digest, listing = _files_listing(folder, skip)
+        elif what == _MODULES:
+            beside = frozenset(f.name for f in named if rel_of(f.parent) == base)
+            digest, listing = _modules_listing(folder, lambda n: n in beside or skip(n))
+        else:
+            digest, listing = _stdlib_listing(folder, skip, is_elsewhere)
+        digests[subject] = digest
+        if listing is not None:
+            listings[subject] = listing
+
+    def is_elsewhere(name: str) -> bool:
+        """Whether import finds the top-level module ``name`` outside the rootdir, cached."""
+        if name not in found_elsewhere:
+            found_elsewhere[name] = _found_elsewhere(name, root)
+        return found_elsewhere[name]
 
     def guard_around(folders: Iterable[Path], keys: Iterable[str], *,
                      configs: bool = True) -> None:
         """Guard the ``conftest.py`` and ``__init__.py`` (absent included) and, with
         ``configs``, the configuration files pytest would look for, in each of ``folders``
-        (their subjects are worked out once per folder)."""
+        (their subjects are worked out once per folder), and the standard-library names in
+        the basedir of each ``conftest.py`` there."""
         keys = tuple(keys)
         for folder in folders:
             subjects = around.get((folder, configs))
@@ -263,6 +331,10 @@ def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
                 for name in _SIDE_FILES:
                     guard_file(folder / name, (), optional=True, rel=_join(base, name))
                 subjects = [f"file {_join(base, name)}" for name in _SIDE_FILES]
+                if digests.get(subjects[0], ABSENT) != ABSENT:  # conftest.py: imported
+                    where = basedir(folder)
+                    guard_folder(where, _STDLIB, ())
+                    subjects.append(f"folder {rel_of(where)}/{_STDLIB}")
                 if configs:
                     for name in CONFIG_NAMES:
                         guard_config(folder / name, ())
@@ -284,24 +356,43 @@ def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
             guard_folder(path, _FILES, keys)
             guard_around(chain(path), keys)
             guard_around((path / sub for sub in folders), keys, configs=False)
+            for sub in (path, *(path / sub for sub in folders)):
+                guard_folder(basedir(sub), _STDLIB, keys)
         else:
             guard_file(path, keys)
             guard_around(chain(path.parent), keys)
+            guard_folder(basedir(path.parent), _STDLIB, keys)
 
-    def skipped(base: str) -> frozenset[str]:
-        """The unguarded files and folders under the folder ``base`` (relative to the
-        rootdir), relative to it."""
+    def skipper(base: str) -> Callable[[str], bool]:
+        """Whether a path relative to the folder ``base`` (relative to the rootdir) is left
+        out of its name lists: an unguarded file or folder or a file in one, a check target,
+        or a file in a check target other than a Python module."""
         prefix = "" if base == "." else base + "/"
-        return frozenset(u[len(prefix):] for u in unguarded if u.startswith(prefix))
+        whole = frozenset(u[len(prefix):] for u in unguarded if u.startswith(prefix))
+        # The targets under the folder, found in the sorted list without going through it
+        # all: there may be thousands.
+        lo = bisect.bisect_left(ordered, prefix)
+        hi = bisect.bisect_left(ordered, prefix[:-1] + "0") if prefix else len(ordered)
+        exact = frozenset(t[len(prefix):] for t in ordered[lo:hi])
+        if not whole and not exact:
+            return _never
+        return lambda name: (_skipped(name, whole) or name in exact
+                             or (not _is_code(name) and _skipped(name, exact)))
 
+    targets: set[str] = set()
+    prefixes = {str(root), os.path.abspath(rootdir)}
     for story in selected:
         for c in story.criteria:
             subject = f"criterion {c.key}"
             digests[subject] = _definition_digest(c)
             link(subject, [c.key])
+            if c.kind in _TARGET_FIELDS:
+                for target in _check_targets(c):
+                    targets.add(_lexical_rel(target, prefixes))
+    ordered = sorted(targets)
     prd_folder = prd.path.parent
-    for conftest in chain(prd_folder):
-        guard_file(conftest / "conftest.py", every, optional=True)
+    for folder in chain(prd_folder):
+        guard_file(folder / "conftest.py", every, optional=True)
     # A test file named by a pytest check that does not exist yet is the agent's to write:
     # known before any folder's name list is taken, so that those lists leave it out.
     for c in (c for st in selected for c in st.criteria if c.kind == "pytest"):
@@ -311,6 +402,12 @@ def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
             if (f"file {rel}" not in started and f"folder {rel}/{_FILES}" not in started
                     and not path.exists()):
                 unguarded.add(rel)
+    # The check phase's pytest has the rootdir first on sys.path by the time it imports
+    # some standard-library modules (pdb, say), and the basedir of each conftest.py it
+    # loads on the way to the PRD.
+    for folder in (root, prd_folder, *(basedir(f) for f in chain(prd_folder) if digests.get(
+            f"file {rel_of(f / 'conftest.py')}", ABSENT) != ABSENT)):
+        guard_folder(folder, _STDLIB, every)
     for story in selected:
         for c in story.criteria:
             if c.kind == "pytest":
@@ -339,15 +436,15 @@ def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
         elif subject.startswith("pytest configuration "):
             digests[subject] = _config_digest(
                 rootdir / subject[len("pytest configuration "):], root)
-        elif subject.startswith("folder ") and subject.endswith((_FILES, _MODULES)):
-            what = _FILES if subject.endswith(_FILES) else _MODULES
+        elif subject.startswith("folder ") and subject.endswith((_FILES, _MODULES, _STDLIB)):
+            what = next(w for w in (_FILES, _MODULES, _STDLIB) if subject.endswith(w))
             base = subject[len("folder "):-len(what)].rstrip("/") or "/"
-            digests[subject] = folder_digest(base, what)
+            take_folder(subject, base, what)
         else:  # a kind of subject this version does not take: keep it as it was
             digests[subject] = started[subject]
         link(subject, start.links.get(subject, ()) if start is not None else ())
     return Snapshot(digests, {k: frozenset(v) for k, v in links.items()},
-                    tuple(sorted(unguarded)))
+                    tuple(sorted(unguarded)), listings)
 
 
 def compare(start: Snapshot, now: Snapshot) -> list[Change]:
@@ -367,7 +464,10 @@ def compare(start: Snapshot, now: Snapshot) -> list[Change]:
             change = "added"
         else:
             change = "changed"
-        out.append(Change(subject, change, keys))
+        detail = ""
+        if change == "changed" and subject in start.listings and subject in now.listings:
+            detail = _listing_detail(subject, start.listings[subject], now.listings[subject])
+        out.append(Change(subject, change, keys, detail))
     for subject in now.digests:
         if subject not in start.digests and subject.startswith("criterion "):
             out.append(Change(subject, "added", tuple(sorted(now.links.get(subject, ())))))
@@ -497,6 +597,47 @@ def _pytest_targets(c: Criterion) -> list[str]:
     return [str(t) for t in targets] if isinstance(targets, list) else [str(targets)]
 
 
+def _check_targets(c: Criterion) -> list[str]:
+    """The paths (relative to the rootdir) an ``exists``, ``file``, ``schema`` or ``sql``
+    criterion looks at and the agent is meant to write: the path, the ``instance``, the
+    ``db``."""
+    field_name = _TARGET_FIELDS.get(c.kind)
+    target = c.spec.get(field_name) if field_name else None
+    return [str(target)] if isinstance(target, str) and target else []
+
+
+def _lexical_rel(target: str, roots: Iterable[str]) -> str:
+    """The path ``target`` (relative to the rootdir, or absolute) relative to the rootdir as
+    :func:`_rel` gives it, worked out from the text alone (``..`` included; symbolic links
+    are not resolved: thousands of targets cost next to nothing). ``roots`` are the
+    rootdir's absolute paths, resolved and as given."""
+    if os.sep == "/" and not (target.startswith(("/", ".")) or target.endswith("/")
+                              or "/." in target or "//" in target):
+        return target  # already normal
+    path = os.path.normpath(target)
+    if not os.path.isabs(path) and path != os.pardir and not path.startswith(
+            os.pardir + os.sep):
+        return path.replace(os.sep, "/")
+    roots = list(roots)
+    path = os.path.normpath(os.path.join(roots[0], target))
+    for prefix in roots:
+        if path == prefix:
+            return "."
+        if path.startswith(prefix.rstrip(os.sep) + os.sep):
+            return path[len(prefix.rstrip(os.sep)) + 1:].replace(os.sep, "/")
+    return path
+
+
+def _basedir(folder: Path) -> Path:
+    """The folder pytest's ``prepend`` import mode inserts first on ``sys.path`` to import a
+    module (a test file or ``conftest.py``) in ``folder``: the first of ``folder`` and its
+    parents without an ``__init__.py`` (resolved)."""
+    here = folder.resolve()
+    while os.path.isfile(os.path.join(here, "__init__.py")) and here.parent != here:
+        here = here.parent
+    return here
+
+
 def _linked_files(c: Criterion, rootdir: Path, root: Path, search_path: Sequence[str] | None,
                   modules: dict[str, list[tuple[Path, bool]]]) -> list[tuple[Path, bool]]:
     """(file, optional) pairs that decide the verdict of ``c``, a criterion of a kind other
@@ -620,16 +761,24 @@ def _walk(folder: Path) -> tuple[list[str], list[str]]:
     return files, folders
 
 
-def _files_digest(folder: Path, skip: frozenset[str]) -> str:
-    """The digest of the names of the files :func:`_walk` finds under ``folder``, less
-    those in ``skip`` (files or folders, relative to ``folder``); :data:`ABSENT` when it is
-    not a folder."""
+def _files_listing(folder: Path, skip: Callable[[str], bool]
+                   ) -> tuple[str, tuple[str, ...] | None]:
+    """The digest of the names of the files :func:`_walk` finds under ``folder``, less those
+    ``skip`` says (given a path relative to ``folder``), and the names; :data:`ABSENT` and
+    ``None`` when it is not a folder."""
     if not folder.is_dir():
-        return ABSENT
-    names = _walk(folder)[0]
-    if skip:
-        names = [name for name in names if not _skipped(name, skip)]
-    return hashlib.sha256(json.dumps(names).encode()).hexdigest()
+        return ABSENT, None
+    names = [name for name in _walk(folder)[0] if not skip(name)]
+    return hashlib.sha256(json.dumps(names).encode()).hexdigest(), tuple(names)
+
+
+def _never(name: str) -> bool:
+    return False
+
+
+def _is_code(name: str) -> bool:
+    """Whether the file ``name`` is a Python module (source, bytecode or extension)."""
+    return name.endswith(_CODE_SUFFIXES)
 
 
 def _skipped(name: str, skip: frozenset[str]) -> bool:
@@ -642,11 +791,13 @@ def _skipped(name: str, skip: frozenset[str]) -> bool:
             return False
 
 
-def _modules_digest(folder: Path, skip: frozenset[str]) -> str:
+def _modules_listing(folder: Path, skip: Callable[[str], bool]
+                     ) -> tuple[str, tuple[str, ...] | None]:
     """The digest of the names and contents of the modules directly in ``folder``: files
     with a module suffix and the ``__init__`` files of the packages in it (what a script in
-    ``folder`` imports first), less the files named ``skip`` (guarded on their own);
-    :data:`ABSENT` when it is not a folder."""
+    ``folder`` imports first), less the files ``skip`` says (the files the verifier command
+    names, guarded on their own, and check targets), and their names (see
+    :func:`_pairs_listing`); :data:`ABSENT` and ``None`` when it is not a folder."""
     names: list[str] = []
     try:
         with os.scandir(folder) as it:
@@ -654,12 +805,116 @@ def _modules_digest(folder: Path, skip: frozenset[str]) -> str:
                 if entry.is_dir():
                     names += [f"{entry.name}/__init__{s}" for s in _MODULE_SUFFIXES
                               if os.path.isfile(os.path.join(entry.path, f"__init__{s}"))]
-                elif (entry.name.endswith(_MODULE_SUFFIXES) and entry.name not in skip
+                elif (entry.name.endswith(_MODULE_SUFFIXES) and not skip(entry.name)
                       and entry.is_file()):
                     names.append(entry.name)
     except (FileNotFoundError, NotADirectoryError):
-        return ABSENT
+        return ABSENT, None
     except OSError as exc:
-        return f"unreadable: {exc.strerror}"
+        return f"unreadable: {exc.strerror}", None
+    return _pairs_listing(folder, names)
+
+
+def _stdlib_listing(folder: Path, skip: Callable[[str], bool],
+                    elsewhere: Callable[[str], bool]) -> tuple[str, tuple[str, ...] | None]:
+    """The digest of the names and contents of what, directly in ``folder``, would shadow a
+    standard-library module when ``folder`` is first on ``sys.path``, and their names (see
+    :func:`_pairs_listing`); :data:`ABSENT` and ``None`` when it is not a folder.
+
+    That is, for a name in :data:`_STDLIB_NAMES`: a module (``name.py``, ``name.pyc``, an
+    extension module ``name.*.so`` or ``name.*.pyd``), a package (``name/__init__.py`` or
+    another ``__init__`` module; its ``__init__`` files are hashed), or a folder ``name/``
+    without one when import finds no module ``name`` outside the rootdir (``elsewhere``
+    says; a namespace package loses to any module or package of its name later on the
+    path). Entries ``skip`` says (given the name) are left out. One ``os.scandir``; only
+    the entries found are read."""
+    names: list[str] = []
+    spaces: list[str] = []
+    try:
+        with os.scandir(folder) as it:
+            for entry in it:
+                name = entry.name
+                if _module_name(name) in _STDLIB_NAMES and not skip(name) and entry.is_file():
+                    names.append(name)
+                elif name in _STDLIB_NAMES and not skip(name) and entry.is_dir():
+                    inits = [f"{name}/__init__{s}" for s in _MODULE_SUFFIXES
+                             if os.path.isfile(os.path.join(entry.path, f"__init__{s}"))]
+                    if inits:
+                        names += inits
+                    elif not elsewhere(name):
+                        spaces.append(name + "/")
+    except (FileNotFoundError, NotADirectoryError):
+        return ABSENT, None
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}", None
+    return _pairs_listing(folder, names, spaces)
+
+
+def _module_name(filename: str) -> str | None:
+    """The module a file named ``filename`` is imported as: ``pdb`` for ``pdb.py``,
+    ``pdb.pyc`` or ``pdb.cpython-311-x86_64-linux-gnu.so``; ``None`` for other files."""
+    if filename.endswith((".so", ".pyd")):
+        return filename.partition(".")[0]
+    for suffix in _MODULE_SUFFIXES:
+        if filename.endswith(suffix):
+            return filename[:-len(suffix)]
+    return None
+
+
+def _found_elsewhere(name: str, root: Path) -> bool:
+    """Whether import finds a module or regular package named ``name`` (a top-level name)
+    built in, frozen, or in a folder of ``sys.path`` outside the resolved rootdir ``root``.
+    Nothing is imported."""
+    if name in sys.builtin_module_names:
+        return True
+    try:
+        if importlib.machinery.FrozenImporter.find_spec(name) is not None:
+            return True
+        path = []
+        for entry in sys.path:
+            where = Path(entry or ".").resolve()
+            if where != root and root not in where.parents:
+                path.append(entry)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+    except (ImportError, TypeError, ValueError, OSError):
+        return False
+    return spec is not None and spec.origin is not None
+
+
+def _pairs_listing(folder: Path, names: list[str], spaces: Sequence[str] = ()
+                   ) -> tuple[str, tuple[str, ...]]:
+    """The digest of the sorted (name, digest of ``folder / name``) pairs of ``names``, and
+    of the folder names ``spaces`` (namespace packages, named only), and the name list
+    :attr:`Snapshot.listings` keeps: each name, a tab and the start of its digest."""
     pairs = [(name, _file_digest(folder / name)) for name in sorted(names)]
-    return hashlib.sha256(json.dumps(pairs).encode()).hexdigest()
+    if spaces:
+        pairs = sorted([*pairs, *((name, "namespace") for name in spaces)])
+    listing = tuple(f"{name}\t{digest[:16]}" for name, digest in pairs)
+    return hashlib.sha256(json.dumps(pairs).encode()).hexdigest(), listing
+
+
+def _listing_detail(subject: str, before: Sequence[str], after: Sequence[str]) -> str:
+    """What changed between two name lists of the folder ``subject``: ``added a, b;
+    removed c; changed d`` (paths relative to the rootdir; at most :data:`_DETAIL_NAMES`
+    names, then ``+N more``)."""
+    what = next((w for w in (_FILES, _MODULES, _STDLIB) if subject.endswith(w)), "")
+    base = subject[len("folder "):len(subject) - len(what)].rstrip("/") or "/"
+
+    def parse(listing: Sequence[str]) -> dict[str, str]:
+        if what == _FILES:
+            return dict.fromkeys(listing, "")
+        return dict(item.rpartition("\t")[::2] for item in listing)
+
+    old, new = parse(before), parse(after)
+    groups = (("added", sorted(new.keys() - old.keys())),
+              ("removed", sorted(old.keys() - new.keys())),
+              ("changed", sorted(k for k in old.keys() & new.keys() if old[k] != new[k])))
+    parts: list[str] = []
+    left, hidden = _DETAIL_NAMES, 0
+    for verb, names in groups:
+        shown = names[:left]
+        if shown:
+            parts.append(f"{verb} {', '.join(_join(base, name) for name in shown)}")
+        hidden += len(names) - len(shown)
+        left -= len(shown)
+    return "; ".join(parts) + (f", +{hidden} more" if hidden else "")

@@ -139,10 +139,26 @@ def _is_child() -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
-    """Take over the session for ``--ralph`` / ``--ralph-dry-run``; return the loop's exit code."""
+    """Take over the session for ``--ralph`` / ``--ralph-dry-run`` (return the loop's exit
+    code) and for ``--ralph-status`` / ``--ralph-cancel``, which go alone (return their exit
+    code).
+
+    Raises:
+        pytest.UsageError: incompatible flags (exit 4).
+    """
     if _is_child():
         return None
     if config.getoption("ralph_status") or config.getoption("ralph_cancel"):
+        given = [name for dest, name in (("ralph_status", "--ralph-status"),
+                                         ("ralph_cancel", "--ralph-cancel"),
+                                         ("ralph", "--ralph"),
+                                         ("ralph_dry_run", "--ralph-dry-run"))
+                 if config.getoption(dest)]
+        if len(given) > 1:
+            raise pytest.UsageError(
+                f"pytest-ralph: {given[0]} cannot be used with {' or '.join(given[1:])} "
+                "(--ralph-status and --ralph-cancel look at or stop the loop of the state "
+                "folder and exit; run each on its own)")
         from .control import cancel, status
 
         root = get_settings(config).dir

@@ -141,8 +141,9 @@ def render_report(run: RunRecord) -> str:
                                "iterations, and the run could not complete until they were "
                                "restored."), "",
                 "| iteration | what | change | criteria |", "|---|---|---|---|"]
-        out += [f"| {n} | {_cell(ch.subject)} | {ch.change} | {_cell(', '.join(ch.criteria))} |"
-                for n, ch in changed]
+        out += [f"| {n} | {_cell(ch.subject)} | "
+                f"{_cell(ch.change + (f': {ch.detail}' if ch.detail else ''))} | "
+                f"{_cell(', '.join(ch.criteria))} |" for n, ch in changed]
         out.append("")
     flaky = [(it.n, key) for it in run.iterations for key in it.flaky]
     if flaky:

@@ -20,6 +20,7 @@ Everything is written as the run goes, so a crash loses at most the iteration in
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.util
 import json
 import os
 import secrets
@@ -29,6 +30,11 @@ from typing import IO, Any
 from .results import atomic_write_text
 
 PROGRESS_FILE = "progress.txt"
+
+#: Whether this platform has OS file locks (``fcntl.flock``; not on Windows). Without them
+#: :meth:`StateDir.lock` locks nothing and :meth:`StateDir.holder` cannot tell whether a
+#: loop runs.
+FILE_LOCKS = importlib.util.find_spec("fcntl") is not None
 
 
 class StateDir:
@@ -111,6 +117,41 @@ class StateDir:
         f.write(f"pid {os.getpid()}, started {started}\n")
         f.flush()
         return f
+
+    def holder(self) -> str | None:
+        """Who holds the folder's loop lock, asked without taking it.
+
+        Probes the lock file with a non-blocking *shared* ``flock``: it fails only while a
+        loop holds the exclusive lock of :meth:`lock`. (Shared, not exclusive, so that two
+        probes at the same moment, a ``--ralph-status`` and a ``--ralph-cancel`` say, do
+        not see each other as a running loop.) A granted probe is released at once; while
+        it is held, for microseconds, a loop starting on the folder would be refused as if
+        another loop ran. Creates nothing: a missing lock file means no loop holds it.
+
+        Returns:
+            ``None`` when no process holds the lock (no loop runs on the folder), or when
+            this platform has no file locks (see :data:`FILE_LOCKS`); otherwise the lock
+            file's text as the holder wrote it (``"pid 1234, started 2026-11-29 23:57:28
+            UTC"``, or ``""`` in the moment a loop clears it on its way out).
+
+        Raises:
+            OSError: the lock file exists but cannot be opened (permissions, say).
+        """
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows: no lock to ask about
+            return None
+        try:
+            f = (self.root / "lock").open("r", encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return None
+        with f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return f.read().strip()
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            return None
 
     def new_run(self) -> RunDir:
         """Create the folder of a new run, named by UTC time and a random suffix."""

@@ -3,6 +3,8 @@ an edited oracle (the tampering scenarios), plus flaky criteria re-checks."""
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -10,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from pytest_ralph.oracle import Change, apply, compare, snapshot
+from pytest_ralph.oracle import (
+    Change,
+    apply,
+    compare,
+    snapshot,
+    snapshot_from_json,
+    snapshot_to_json,
+)
 from pytest_ralph.prd import load_prd
 from pytest_ralph.results import CheckResults, CriterionResult
 
@@ -136,7 +145,8 @@ def test_a_folder_target_guards_its_files_and_their_names(tmp_path: Path) -> Non
     (tests / "unit" / "test_a.py").write_text("import pytest\npytestmark = pytest.mark.skip\n")
     assert [c.describe() for c in compare(start, snapshot(load_prd(path), tmp_path,
                                                            start=start))] == [
-        "file tests/unit/test_a.py changed", "folder tests/ (files) changed",
+        "file tests/unit/test_a.py changed",
+        "folder tests/ (files) changed: added tests/unit/conftest.py",
         "file tests/unit/conftest.py added"]
 
 
@@ -151,7 +161,8 @@ def test_any_new_file_in_a_folder_target_is_a_change(tmp_path: Path) -> None:
             (tmp_path / "tests" / name).parent.mkdir(exist_ok=True)
             (tmp_path / "tests" / name).write_text("import _pytest\n")
 
-        assert changes_after(tmp_path, path, add) == ["folder tests/ (files) changed"], name
+        assert changes_after(tmp_path, path, add) == [
+            f"folder tests/ (files) changed: added tests/{name}"], name
         (tmp_path / "tests" / name).unlink()
 
 
@@ -173,7 +184,8 @@ def test_a_new_test_named_by_its_own_criterion_may_be_written_in_a_folder_target
     assert changes_after(tmp_path, path, write) == []
     (tmp_path / "tests" / "new" / "test_other.py").write_text("")
     now = snapshot(load_prd(path), tmp_path, start=start)
-    assert compare(start, now) == [Change("folder tests/ (files)", "changed", ("US-1::AC1",))]
+    assert compare(start, now) == [Change("folder tests/ (files)", "changed", ("US-1::AC1",),
+                                          "added tests/new/test_other.py")]
 
 
 def test_only_the_pytest_section_of_pyproject_is_guarded(tmp_path: Path) -> None:
@@ -385,9 +397,11 @@ def test_the_modules_beside_the_verifier_script_are_guarded(tmp_path: Path) -> N
         (tools / "sub").mkdir()
         (tools / "sub" / "json.py").write_text("")
 
-    for edit in (new_json, new_package, edit_helper):
+    for edit, detail in ((new_json, "added tools dir/json.py"),
+                         (new_package, "added tools dir/json/__init__.py"),
+                         (edit_helper, "changed tools dir/helpers.py")):
         assert changes_after(tmp_path, path, edit, verifier=verifier) == [
-            "folder tools dir/ (modules) changed"], edit.__name__
+            f"folder tools dir/ (modules) changed: {detail}"], edit.__name__
     assert changes_after(tmp_path, path, edit_judge, verifier=verifier) == [
         "file tools dir/my judge.py changed"]
     assert changes_after(tmp_path, path, other_files, verifier=verifier) == []
@@ -404,6 +418,153 @@ def test_files_around_a_new_test_touch_only_the_criteria_of_guarded_tests(
     (tmp_path / "tests" / "conftest.py").write_text("import pytest\n")
     now = snapshot(load_prd(path), tmp_path, start=start)
     assert compare(start, now) == [Change("file tests/conftest.py", "added", ("US-1::AC1",))]
+
+
+def test_standard_library_names_in_the_rootdir_are_guarded(tmp_path: Path) -> None:
+    # The check phase's pytest has the rootdir first on sys.path when it imports pdb (and
+    # others) late: a pdb.py there can patch pytest and pass every criterion, `run` ones too.
+    (tmp_path / "types.py").write_text("X = 1\n")  # the project's own: it may stay
+    path = prd_file(tmp_path, story("US-1", {"run": "false"}), story("US-2", "Docs"))
+    assert "folder ./ (standard-library names)" in subjects(tmp_path, path)
+    ext = f"pdb{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    for name, detail in (("code.py", "added code.py"), ("codeop.pyc", "added codeop.pyc"),
+                         (ext, f"added {ext}"), ("cmd/__init__.py", "added cmd/__init__.py"),
+                         ("types.py", "changed types.py")):
+        def add(name: str = name) -> None:
+            (tmp_path / name).parent.mkdir(exist_ok=True)
+            (tmp_path / name).write_text("import _pytest\n")
+
+        start = snapshot(load_prd(path), tmp_path)
+        add()
+        assert compare(start, snapshot(load_prd(path), tmp_path, start=start)) == [
+            Change("folder ./ (standard-library names)", "changed", ("US-1::AC1", "US-2::AC1"),
+                   detail)], name
+        if name == "types.py":
+            (tmp_path / name).write_text("X = 1\n")
+        else:
+            (tmp_path / name).unlink()
+
+    def harmless() -> None:
+        (tmp_path / "mycode.py").write_text("")  # not a standard-library name
+        (tmp_path / "code.txt").write_text("")  # not a module
+        # A folder without __init__.py loses at import to any module of its name: mkdocs'
+        # site/ cannot shadow the standard library's site.
+        (tmp_path / "site").mkdir()
+        (tmp_path / "site" / "index.html").write_text("")
+
+    assert changes_after(tmp_path, path, harmless) == []
+
+
+def test_a_namespace_folder_named_after_a_missing_standard_library_module_is_a_change(
+        tmp_path: Path) -> None:
+    # `from _winapi import x` on Linux imports _winapi/x.py from a folder _winapi/ first on
+    # sys.path: nothing else is found under that name.
+    missing = next(n for n in ("_winapi", "winreg", "msvcrt", "_posixsubprocess", "grp")
+                   if importlib.util.find_spec(n) is None)
+    path = prd_file(tmp_path, story("US-1", {"run": "false"}))
+
+    def add() -> None:
+        (tmp_path / missing).mkdir()
+        (tmp_path / missing / "anything.py").write_text("")
+
+    assert changes_after(tmp_path, path, add) == [
+        f"folder ./ (standard-library names) changed: added {missing}/"]
+
+
+def test_standard_library_names_in_the_basedir_of_a_guarded_test_are_guarded(
+        tmp_path: Path) -> None:
+    # pytest's default `prepend` import mode puts the first folder above a test file without
+    # __init__.py first on sys.path: tests/ for tests/test_a.py.
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "sub" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "sub" / "test_b.py").write_text("def test_b():\n    pass\n")
+    (tmp_path / "suite" / "unit").mkdir(parents=True)
+    (tmp_path / "suite" / "conftest.py").write_text("")
+    (tmp_path / "suite" / "unit" / "test_c.py").write_text("def test_c():\n    pass\n")
+    path = prd_file(tmp_path, story("US-1", {"pytest": "tests/test_a.py"}, {"run": "true"},
+                                    {"pytest": "pkg/sub/test_b.py"},
+                                    {"pytest": "suite"}))
+    start = snapshot(load_prd(path), tmp_path)
+    assert start.links["folder tests/ (standard-library names)"] == {"US-1::AC1"}
+    assert start.links["folder suite/unit/ (standard-library names)"] == {"US-1::AC4"}
+    # suite/conftest.py is imported with suite/ first on sys.path.
+    assert start.links["folder suite/ (standard-library names)"] == {"US-1::AC4"}
+    # pkg/ is a package: the basedir of pkg/sub/test_b.py is the rootdir.
+    assert not any(s.startswith("folder pkg") for s in start.digests)
+    for name in ("tests/pdb.py", "pkg/cmd.py", "suite/unit/code.py"):
+        (tmp_path / name).write_text("")
+    now = snapshot(load_prd(path), tmp_path, start=start)
+    assert compare(start, now)[0] == Change("folder tests/ (standard-library names)",
+                                            "changed", ("US-1::AC1",), "added tests/pdb.py")
+    assert [c.describe() for c in compare(start, now)] == [
+        "folder tests/ (standard-library names) changed: added tests/pdb.py",
+        "folder suite/ (files) changed: added suite/unit/code.py",
+        "folder suite/unit/ (standard-library names) changed: added suite/unit/code.py"]
+
+
+def test_check_targets_are_left_out_of_folder_name_lists(tmp_path: Path) -> None:
+    # The agent is meant to write the target of an exists / file / schema / sql check, even
+    # inside a folder a pytest check names.
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
+    (tmp_path / "schema.json").write_text("{}")
+    path = prd_file(tmp_path, story(
+        "US-1", {"pytest": "tests"}, {"exists": "tests/data/sample.txt"},
+        {"file": "tests/golden.txt", "contains": "x"},
+        {"schema": "schema.json", "instance": "tests/out.json"},
+        {"sql": "select 1", "db": "tests/app.db", "expect": 1}, {"exists": "tests/gen"}))
+
+    def write_targets() -> None:
+        (tmp_path / "tests" / "data").mkdir()
+        for name in ("data/sample.txt", "golden.txt", "out.json", "app.db"):
+            (tmp_path / "tests" / name).write_text("x")
+        (tmp_path / "tests" / "gen").mkdir()  # in a target folder, any file but a module
+        (tmp_path / "tests" / "gen" / "report.html").write_text("")
+
+    assert changes_after(tmp_path, path, write_targets) == []
+
+    def write_modules() -> None:  # ... but modules pytest may import are still changes
+        (tmp_path / "tests" / "data" / "conftest.py").write_text("")
+        (tmp_path / "tests" / "gen" / "test_evil.py").write_text("")
+
+    assert changes_after(tmp_path, path, write_modules) == [
+        "folder tests/ (files) changed: added tests/data/conftest.py, tests/gen/test_evil.py",
+        "file tests/data/conftest.py added"]
+
+
+def test_a_name_list_change_names_at_most_five_files(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    for name in ("old_a.py", "old_b.py"):
+        (tmp_path / "tests" / name).write_text("")
+    path = prd_file(tmp_path, story("US-1", {"pytest": "tests"}))
+
+    def edit() -> None:
+        for i in range(6):
+            (tmp_path / "tests" / f"test_{i}.py").write_text("")
+        (tmp_path / "tests" / "old_a.py").unlink()
+
+    assert ("folder tests/ (files) changed: added tests/test_0.py, tests/test_1.py, "
+            "tests/test_2.py, tests/test_3.py, tests/test_4.py, +2 more") in changes_after(
+                tmp_path, path, edit)
+
+
+def test_snapshot_json_keeps_name_lists_and_reads_older_snapshots(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("")
+    path = prd_file(tmp_path, story("US-1", {"pytest": "tests"}))
+    start = snapshot(load_prd(path), tmp_path)
+    assert start.listings["folder tests/ (files)"] == ("test_a.py",)
+    data = json.loads(json.dumps(snapshot_to_json(start)))
+    assert snapshot_from_json(data) == start
+    del data["listings"]  # a snapshot an older version stored
+    old = snapshot_from_json(data)
+    assert old.listings == {}
+    (tmp_path / "tests" / "test_b.py").write_text("")
+    assert compare(old, snapshot(load_prd(path), tmp_path, start=old)) == [
+        Change("folder tests/ (files)", "changed", ("US-1::AC1",))]
 
 
 def test_apply_fails_the_touched_criteria_only() -> None:
@@ -669,3 +830,101 @@ def test_the_verifier_script_is_guarded_for_text_criteria(tmp_path: Path) -> Non
     always_pass()
     now = snapshot(load_prd(path), tmp_path, verifier="python judge.py --strict", start=start)
     assert compare(start, now) == [Change("file judge.py", "changed", ("US-1::AC1",))]
+
+
+def test_a_new_run_warns_about_changes_the_last_run_left(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path],
+        agent: Callable[[str, str], str]) -> None:
+    pytester.makepyfile(test_feature=FAILING_TEST)
+    write_prd(story("US-001", {"text": "feature works", "pytest": "test_feature.py"}))
+    cmd = write_agent(agent, "import pathlib\npathlib.Path('test_feature.py')"
+                             ".write_text('def test_feature():\\n    assert True\\n')")
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd,
+                                           "--ralph-max-iterations", "1")
+    assert result.ret == 1, result.stdout.str()
+    # The next run starts from the weakened test: it says so, and the report keeps it.
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd)
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "pytest-ralph: warning: the criteria changed since the last run * (limit) started: "
+        "file test_feature.py changed; this run takes them as they are now*"])
+    reports = (pytester.path / ".pytest_ralph" / "reports").glob("ralph-demo-*-2.md")
+    (second,) = reports
+    assert "## Warnings" in second.read_text()
+
+
+# Detached from the agent's process group: rewrites every check.json it can find so that all
+# criteria pass.
+RESULTS_FORGER = r"""
+import glob, json, os, sys, time
+if os.fork():
+    sys.exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+here = os.getcwd()
+end = time.time() + 40
+while time.time() < end:
+    for path in glob.glob(".pytest_ralph/runs/*/iteration-*/check.json") + glob.glob(
+            "/tmp/pytest-ralph-results-*/check.json"):
+        try:
+            data = json.load(open(path))
+            if here not in json.dumps(data):  # another project's run (tests run in parallel)
+                continue
+            if any(c["outcome"] != "passed" for c in data["criteria"]):
+                for c in data["criteria"]:
+                    c["outcome"] = "passed"
+                json.dump(data, open(path, "w"))
+        except Exception:
+            pass
+    time.sleep(0.005)
+os._exit(0)
+"""
+
+
+def test_a_background_process_forging_the_results_does_not_complete_the_run(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path],
+        agent: Callable[[str, str], str]) -> None:
+    write_prd(story("US-001", {"text": "done", "run": "test -f done.txt"}))
+    cmd = write_agent(agent, RESULTS_FORGER)
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd,
+                                           "--ralph-max-iterations", "2")
+    assert result.ret == 1, result.stdout.str()
+    assert not (pytester.path / "done.txt").exists()
+
+
+# A pdb.py in the rootdir: pytest imports pdb when it configures itself, after the rootdir is
+# first on sys.path, so this one patches every test report to "passed" in the check phase.
+PDB_CHEAT = """
+from _pytest.reports import TestReport
+_make = TestReport.from_item_and_call.__func__
+def _passed(cls, item, call):
+    report = _make(cls, item, call)
+    report.outcome, report.longrepr = 'passed', None
+    return report
+TestReport.from_item_and_call = classmethod(_passed)
+def set_trace(*args, **kwargs):
+    pass
+class Pdb:
+    pass
+"""
+
+
+def test_agent_shadows_a_standard_library_module_pytest_imports_late(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path],
+        agent: Callable[[str, str], str]) -> None:
+    write_prd(story("US-001", {"text": "the build exists", "run": "test -f build.txt"}))
+    cmd = write_agent(agent, f"import pathlib\npathlib.Path('pdb.py').write_text({PDB_CHEAT!r})")
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd,
+                                           "--ralph-max-iterations", "2")
+    assert result.ret == 1, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["*Criteria changed: folder ./ (standard-library names) changed: added pdb.py*"])
+    assert ("| 1 | folder ./ (standard-library names) | changed: added pdb.py | US-001::AC1 |"
+            in report_text(pytester))
+    # The cheat is real: with the guard waived, the `run` criterion "passes" and the run ends.
+    (pytester.path / "pdb.py").unlink()
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd,
+                                           "--ralph-allow-criteria-edits")
+    assert result.ret == 0, result.stdout.str()
+    assert not (pytester.path / "build.txt").exists()

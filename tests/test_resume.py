@@ -303,3 +303,119 @@ def test_kill_9_at_random_moments_loses_no_committed_iteration(
     assert iterations(pytester, run_id) == list(range(13))
     # Every committed iteration had its agent run; an iteration cut short is run again.
     assert agent_runs(pytester) >= 12
+
+
+def test_a_run_whose_snapshot_was_edited_is_not_resumed(
+        pytester: pytest.Pytester, never_prd: Path, agent: Callable[[str, str], str]) -> None:
+    (pytester.path / "sleep-at").write_text("1")
+    proc = ralph(pytester, *loop_args(agent))
+    wait_for(pytester.path / "sleeping")
+    proc.send_signal(signal.SIGINT)
+    assert finish(proc)[0] == 2
+    with db(pytester) as conn:
+        conn.execute("UPDATE runs SET oracle = '{}'")
+    code, out = finish(ralph(pytester, *loop_args(agent)))
+    assert code == 4, out
+    assert "cannot be resumed: the snapshot of its criteria" in out and "--ralph-new" in out
+    assert "Traceback" not in out
+    code, out = finish(ralph(pytester, *loop_args(agent, "--ralph-new",
+                                                  "--ralph-max-iterations", "1")))
+    assert code == 1, out
+
+
+def test_a_lock_file_deleted_mid_run_is_recreated(
+        pytester: pytest.Pytester, never_prd: Path, agent: Callable[[str, str], str]) -> None:
+    cmd = agent("agent.py", AGENT + "\nif n == '1':\n    os.remove('.pytest_ralph/lock')\n")
+    (pytester.path / "sleep-at").write_text("2")
+    proc = ralph(pytester, "--ralph", "--ralph-agent", cmd, "--ralph-breaker", "50")
+    wait_for(pytester.path / "sleeping")
+    code, out = finish(ralph(pytester, "--ralph", "--ralph-agent", cmd))
+    assert code == 4 and f"pid {proc.pid}" in out, out
+    proc.send_signal(signal.SIGINT)
+    code, out = finish(proc)
+    assert code == 2, out
+    assert "warning: the loop lock" in out and "was deleted" in out, out
+
+
+def test_the_agent_garbling_the_history_mid_run_is_survived(
+        pytester: pytest.Pytester, never_prd: Path, agent: Callable[[str, str], str]) -> None:
+    cmd = agent("agent.py", "import os\n"
+                "if os.environ['PYTEST_RALPH_ITERATION'] == '2':\n"
+                "    for name in ('ralph.db', 'ralph.db-wal'):\n"
+                "        path = os.path.join('.pytest_ralph', name)\n"
+                "        if os.path.exists(path):\n"
+                "            size = os.path.getsize(path)\n"
+                "            open(path, 'wb').write(os.urandom(size))\n")
+    code, out = finish(ralph(pytester, "--ralph", "--ralph-agent", cmd, "--ralph-breaker", "9",
+                             "--ralph-max-iterations", "3"))
+    assert code == 1, out
+    assert "warning: the run history" in out and "rebuilt the run history from memory" in out
+    assert "Traceback" not in out
+    assert list((pytester.path / ".pytest_ralph").glob("ralph.db.damaged-*"))
+    [(run_id, status, _)] = runs(pytester)
+    assert status == "limit"
+    assert iterations(pytester, run_id) == [0, 1, 2, 3]
+
+
+def test_criteria_edited_between_crash_and_resume_are_not_blamed_on_the_agent(
+        pytester: pytest.Pytester, never_prd: Path, agent: Callable[[str, str], str]) -> None:
+    (pytester.path / "sleep-at").write_text("2")
+    proc = ralph(pytester, *loop_args(agent))
+    wait_for(pytester.path / "sleeping")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    data = json.loads(never_prd.read_text())
+    data["userStories"].append(story("US-002", *files_criteria("extra.txt")))
+    never_prd.write_text(json.dumps(data, indent=2))
+    code, out = finish(ralph(pytester, *loop_args(agent)))
+    assert code == 4, out
+    assert "cannot be resumed as it is: its criteria changed since it started " \
+           "(criterion US-002::AC1 added)" in out
+    code, out = finish(ralph(pytester, *loop_args(agent, "--ralph-new",
+                                                  "--ralph-max-iterations", "1")))
+    assert code == 1, out
+    assert [s for _, s, _ in runs(pytester)] == ["crashed", "limit"]
+
+
+def test_a_resumed_run_goes_on_with_the_new_settings(
+        pytester: pytest.Pytester, never_prd: Path, agent: Callable[[str, str], str]) -> None:
+    (pytester.path / "sleep-at").write_text("1")
+    proc = ralph(pytester, *loop_args(agent, "--ralph-max-iterations", "2"))
+    wait_for(pytester.path / "sleeping")
+    proc.send_signal(signal.SIGINT)
+    assert finish(proc)[0] == 2
+    code, out = finish(ralph(pytester, *loop_args(agent, "--ralph-max-iterations", "3")))
+    assert code == 1, out
+    assert "goes on with changed settings: max_iterations 2 -> 3" in out
+    with db(pytester) as conn:
+        (settings,) = conn.execute("SELECT settings FROM runs").fetchone()
+    assert json.loads(settings)["max_iterations"] == 3
+    [(run_id, _, _)] = runs(pytester)
+    assert iterations(pytester, run_id) == [0, 1, 2, 3]
+
+
+def test_three_ctrl_c_during_a_check_leave_no_process(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path]) -> None:
+    write_prd(story("US-001", {"text": "slow", "run": "trap '' TERM; echo $$ > check.pid; "
+                                                      "sleep 300"}))
+    proc = ralph(pytester, "--ralph", "--ralph-agent", f"{sys.executable} -c pass")
+    wait_for(pytester.path / "check.pid")
+    time.sleep(0.3)
+    pid = int((pytester.path / "check.pid").read_text())
+    for _ in range(3):
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+    code, out = finish(proc)
+    assert code in (2, 1, -2), out
+    assert gone_within(pid, 8), "the check's shell outlived three Ctrl-C"
+
+
+def test_a_lost_history_is_reported(pytester: pytest.Pytester, never_prd: Path,
+                                    agent: Callable[[str, str], str]) -> None:
+    args = loop_args(agent, "--ralph-max-iterations", "1")
+    assert finish(ralph(pytester, *args))[0] == 1
+    for path in (pytester.path / ".pytest_ralph").glob("ralph.db*"):
+        path.unlink()
+    code, out = finish(ralph(pytester, *args))
+    assert code == 1, out
+    assert "does not know 1 run of this PRD" in out
