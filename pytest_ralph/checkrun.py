@@ -143,6 +143,9 @@ class CheckPhaseConfig:
         extra_args: more arguments for the child pytest.
         nodeids: check only these criteria (node ids, absolute PRD path first) instead of
             the whole PRD; empty: the whole PRD.
+        pycache: the private bytecode folder to use (the loop keeps one per run, outside the
+            project, so that the phases after the first do not compile everything again);
+            ``None``: a fresh one per phase, removed after it.
     """
 
     prd: Path
@@ -159,6 +162,7 @@ class CheckPhaseConfig:
     expected: tuple[tuple[str, str, str], ...] = ()
     extra_args: tuple[str, ...] = ()
     nodeids: tuple[str, ...] = ()
+    pycache: Path | None = None
 
     def argv(self, results_path: Path, junit_path: Path | None = None) -> list[str]:
         """The child pytest's argv (started by :func:`pytest_command`)."""
@@ -209,8 +213,9 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
     # The child writes its results and JUnit XML into a private folder (mode 0700) outside
     # the project, not into the state folder the agent can write to; copies are kept in
     # ``out_dir`` for people.
-    with tempfile.TemporaryDirectory(prefix=PYCACHE_DIR_PREFIX,
-                                     ignore_cleanup_errors=True) as pycache, \
+    with (contextlib.nullcontext(str(config.pycache)) if config.pycache is not None else
+          tempfile.TemporaryDirectory(prefix=PYCACHE_DIR_PREFIX,
+                                      ignore_cleanup_errors=True)) as pycache, \
             tempfile.TemporaryDirectory(prefix="pytest-ralph-results-",
                                         ignore_cleanup_errors=True) as private, \
             log_path.open("w+b") as log:

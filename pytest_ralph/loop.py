@@ -16,9 +16,11 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -34,7 +36,7 @@ from .agent import (
     run_agent,
     split_command,
 )
-from .checkrun import CheckPhaseConfig, run_check_phase
+from .checkrun import PYCACHE_DIR_PREFIX, CheckPhaseConfig, run_check_phase
 from .checks import VERIFIER_KIND
 from .fingerprint import fingerprint
 from .history import DB_NAME, History, HistoryError, StoredIteration, StoredRun
@@ -219,6 +221,7 @@ class Loop:
         self._history: History | None = None
         self._lock: IO[str] | None = None
         self._db_sig: tuple[object, ...] = ()
+        self._pycache: Path | None = None
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -297,7 +300,8 @@ class Loop:
                                 stories=self.settings.story, strict=self.settings.strict,
                                 python=self.python, keyword=self.keyword,
                                 markexpr=self.markexpr, junitxml=self.junitxml,
-                                deselect=self.deselect, expected=expected)
+                                deselect=self.deselect, expected=expected,
+                                pycache=self._pycache)
 
     def _selection(self) -> str:
         """``-k 'x' --deselect y``: the options that select criteria, as the user gave them."""
@@ -361,11 +365,13 @@ class Loop:
             except HistoryError as exc:
                 raise LoopUsageError(str(exc)) from None
             self._db_sig = _db_signature(self.history.path)
+            self._pycache = Path(tempfile.mkdtemp(prefix=PYCACHE_DIR_PREFIX))
             try:
                 return self._run_locked(prd, argv, state)
             finally:
                 self.history.close()
                 self._history = None
+                shutil.rmtree(self._pycache, ignore_errors=True)
         finally:  # a clean exit leaves no holder behind
             for held in {id(lock): lock, id(self._lock): self._lock}.values():
                 with contextlib.suppress(OSError, ValueError):
