@@ -144,7 +144,8 @@ class CheckPhaseConfig:
         nodeids: check only these criteria (node ids, absolute PRD path first) instead of
             the whole PRD; empty: the whole PRD.
         pycache: the private bytecode folder to use (the loop keeps one per run, outside the
-            project, so that the phases after the first do not compile everything again);
+            project, so that the phases after the first do not compile the installed packages
+            again; the bytecode of the project's own files is removed before each phase);
             ``None``: a fresh one per phase, removed after it.
     """
 
@@ -209,6 +210,11 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
         (out_dir / name).unlink(missing_ok=True)
     env = dict(os.environ)
     env[CHILD_ENV] = "1"
+    if config.pycache is not None:
+        # The folder outlives the phase: bytecode of the project's own files must not, or the
+        # agent could swap it between two checks (the installed packages' may stay).
+        shutil.rmtree(config.pycache / config.rootdir.resolve().relative_to(
+            config.rootdir.resolve().anchor), ignore_errors=True)
     start = time.monotonic()
     # The child writes its results and JUnit XML into a private folder (mode 0700) outside
     # the project, not into the state folder the agent can write to; copies are kept in
@@ -232,6 +238,9 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
                 with contextlib.suppress(OSError):
                     shutil.copyfile(path, out_dir / path.name)
         results = _read(config, finished, results_path, junit_path, tail, log_path)
+        # The exit status that counts is the one the child really had, not its file's.
+        results = replace(results, exitstatus=finished.returncode
+                          if finished.returncode is not None else -1)
     return replace(with_missing(results, config.expected), duration=time.monotonic() - start)
 
 

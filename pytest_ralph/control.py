@@ -23,6 +23,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -231,6 +232,21 @@ def _others(history: History, shown: StoredRun, lock: _Lock) -> list[str]:
 
 
 def cancel(state_root: Path) -> tuple[int, str]:
+    """Cancel the current run in the state folder ``state_root``: see :func:`_cancel`.
+
+    Returns:
+        ``(exit code, message)``; :data:`EXIT_HISTORY_ERROR` when the history cannot be
+        opened or written (a read-only folder, say).
+    """
+    try:
+        return _cancel(state_root)
+    except (sqlite3.Error, OSError) as exc:
+        return EXIT_HISTORY_ERROR, (f"pytest-ralph: cannot record the cancel in "
+                                    f"{state_root / DB_NAME}: {exc}; check that the state "
+                                    "folder and its files are writable by you")
+
+
+def _cancel(state_root: Path) -> tuple[int, str]:
     """Cancel the current run in the state folder ``state_root`` (idempotent).
 
     The current run is the one whose loop holds the folder's lock, else the run started

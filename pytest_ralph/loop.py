@@ -201,12 +201,14 @@ class Loop:
         junitxml: where each check phase writes JUnit XML (the last one stays), or ``None``.
         deselect: node id prefixes deselected with ``--deselect``.
         new_run: start a new run even when the last one can be resumed (``--ralph-new``).
+        pythonpath: the folders of ini ``pythonpath`` (absolute), for the oracle guard.
     """
 
     def __init__(self, settings: Settings, *, rootdir: Path, inifile: Path | None,
                  out: TextIO = sys.stdout, python: str = sys.executable, keyword: str = "",
                  markexpr: str = "", junitxml: Path | None = None,
-                 deselect: tuple[str, ...] = (), new_run: bool = False) -> None:
+                 deselect: tuple[str, ...] = (), new_run: bool = False,
+                 pythonpath: tuple[Path, ...] = ()) -> None:
         self.settings = settings
         self.rootdir = rootdir
         self.inifile = inifile
@@ -217,6 +219,7 @@ class Loop:
         self.junitxml = junitxml
         self.deselect = deselect
         self.new_run = new_run
+        self.pythonpath = pythonpath
         self._out_broken = False
         self._history: History | None = None
         self._lock: IO[str] | None = None
@@ -678,8 +681,18 @@ class Loop:
             try:
                 self._history = History.open(db)  # a damaged file is moved aside first
             except HistoryError as exc:
-                if db.exists():
-                    raise LoopUsageError(str(exc)) from None
+                if db.exists():  # not ours (another program's, a newer schema): set aside
+                    stamp = _now().strftime("%Y%m%dT%H%M%SZ")
+                    aside = db.with_name(f"{db.name}.foreign-{stamp}")
+                    try:
+                        db.rename(aside)
+                        for suffix in ("-wal", "-shm"):
+                            side = db.with_name(db.name + suffix)
+                            if side.exists():
+                                side.rename(aside.with_name(aside.name + suffix))
+                    except OSError:
+                        raise LoopUsageError(str(exc)) from None
+                    exc = HistoryError(f"{exc}; it was moved to {aside}")
                 problems.append(str(exc))
                 try:
                     self._history = History.open(db)
@@ -697,10 +710,13 @@ class Loop:
                 problems = [p for p in problems if "changed by someone else" not in p]
         if not problems:
             return
+        rebuilt = any("history" in p or "state folder" in p for p in problems)
         message = ("; ".join(problems) + f" during the run (noticed at iteration "
-                   f"{len(run.iterations)}); recreated what was missing and rebuilt the run "
-                   "history from memory; lost: earlier prompts, agent logs and check logs of "
-                   "this run if they were deleted, progress.txt, and earlier runs' history")
+                   f"{len(run.iterations)}); " + (
+                       "recreated what was missing and rebuilt the run history from memory; "
+                       "lost: earlier prompts, agent logs and check logs of this run if they "
+                       "were deleted, progress.txt, and earlier runs' history" if rebuilt else
+                       "recreated it; nothing else was lost"))
         run.warnings.append(message)
         self.history.add_event(run.run_dir.id, "state-lost", message)
         self._print(f"pytest-ralph: warning: {message}")
@@ -716,7 +732,8 @@ class Loop:
 
     def _snapshot(self, prd: PRD, start: Snapshot | None = None) -> Snapshot:
         return snapshot(prd, self.rootdir, inifile=self.inifile, stories=self.settings.story,
-                        verifier=self.settings.verifier, start=start)
+                        verifier=self.settings.verifier, start=start,
+                        pythonpath=self.pythonpath)
 
     def _changes(self, run: RunRecord, phase: CheckPhaseConfig) -> list[Change]:
         """What the agent changed in the oracle since the run started, limited to changes
@@ -751,6 +768,9 @@ class Loop:
             phase, junitxml=None,
             nodeids=tuple(f"{phase.prd}::{c.story}::{c.criterion}" for c in newly),
             expected=tuple((c.story, c.criterion, c.text) for c in newly)), folder / "recheck")
+        asked = {c.key for c in newly}
+        if again.exitstatus != 0 or {c.key for c in again.criteria} != asked:
+            return results, ()  # a failed re-check, or one that reports more than was asked
         passed = {c.key: c for c in again.criteria if c.passed}
         flaky = tuple(c.key for c in newly if c.key in passed)
         if not flaky:

@@ -202,7 +202,8 @@ def snapshot_from_json(data: Mapping[str, Any]) -> Snapshot:
 
 def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
              stories: Sequence[str] = (), search_path: Sequence[str] | None = None,
-             verifier: str | None = None, start: Snapshot | None = None) -> Snapshot:
+             verifier: str | None = None, start: Snapshot | None = None,
+             pythonpath: Sequence[Path] = ()) -> Snapshot:
     """Take a snapshot of the oracle of ``prd``.
 
     Args:
@@ -213,6 +214,8 @@ def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
         stories: only these story ids (empty: all).
         search_path: where ``python`` check modules are looked for after ``rootdir``
             (default ``sys.path``).
+        pythonpath: the folders of ini ``pythonpath``: pytest puts them first on
+            ``sys.path``, so standard-library names in them are guarded like the rootdir's.
         verifier: the ``ralph_verifier`` command line: the files it names inside the
             rootdir (its script, say), and the modules beside them, decide every text
             criterion.
@@ -406,7 +409,7 @@ def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
     # some standard-library modules (pdb, say), and the basedir of each conftest.py it
     # loads on the way to the PRD.
     for folder in (root, prd_folder, *(basedir(f) for f in chain(prd_folder) if digests.get(
-            f"file {rel_of(f / 'conftest.py')}", ABSENT) != ABSENT)):
+            f"file {rel_of(f / 'conftest.py')}", ABSENT) != ABSENT), *pythonpath):
         guard_folder(folder, _STDLIB, every)
     for story in selected:
         for c in story.criteria:

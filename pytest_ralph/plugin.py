@@ -186,7 +186,8 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
                 markexpr=config.getoption("markexpr", "") or "",
                 junitxml=(config.invocation_params.dir / xml).resolve() if xml else None,
                 deselect=tuple(config.getoption("deselect", None) or ()),
-                new_run=bool(config.getoption("ralph_new")))
+                new_run=bool(config.getoption("ralph_new")),
+                pythonpath=tuple(Path(p) for p in _ini_pythonpath(config)))
     try:
         return run_loop(loop, dry_run=bool(config.getoption("ralph_dry_run")), err=_err)
     except Exception:
@@ -196,6 +197,14 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
         _err(f"pytest-ralph: internal error: {sys.exc_info()[1]!r}; the traceback is in "
              f"{name}; please report it")
         return EXIT_INTERNAL
+
+
+def _ini_pythonpath(config: pytest.Config) -> list[str]:
+    """The ini ``pythonpath`` folders (pytest >= 7), or none."""
+    try:
+        return [str(p) for p in config.getini("pythonpath")]
+    except ValueError:
+        return []
 
 
 def _positional_prd(config: pytest.Config, settings: Settings) -> Settings:

@@ -100,7 +100,12 @@ class StateDir:
             LockedError: another loop holds it; the message names its pid and start time.
             OSError: the lock file cannot be opened.
         """
-        f = (self.root / "lock").open("a+", encoding="utf-8")
+        path = self.root / "lock"
+        if path.is_symlink():  # never write through a link planted in the state folder
+            path.unlink()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0),
+                     0o644)
+        f = os.fdopen(fd, "a+", encoding="utf-8")
         if not _try_lock(f):
             f.seek(0)
             holder = f.read().strip() or "unknown process"
@@ -149,7 +154,12 @@ class StateDir:
             try:
                 fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
-                return f.read().strip()
+                text = f.read().strip()
+                real = _flock_holder(f.fileno())
+                if real is None or text.startswith(f"pid {real},"):
+                    return text
+                # The file's text is not the holder's (edited by someone): trust the kernel.
+                return f"pid {real}, started unknown (the lock file says {text!r})"
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
             return None
 
@@ -174,6 +184,30 @@ class StateDir:
 
 class LockedError(Exception):
     """Another loop is running with the same state folder."""
+
+
+def _flock_holder(fd: int) -> int | None:
+    """The pid holding a ``flock`` on the file open as ``fd``, from ``/proc/locks`` (Linux);
+    ``None`` when it cannot be told."""
+    try:
+        st = os.fstat(fd)
+        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
+            lines = locks.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" (a "->" marks a waiter)
+        if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK" or fields[3] != "WRITE":
+            continue
+        try:
+            ino = int(fields[5].rsplit(":", 1)[1])
+            pid = int(fields[4])
+        except (ValueError, IndexError):
+            continue
+        if ino == st.st_ino:
+            return pid
+    return None
 
 
 def _try_lock(f: IO[str]) -> bool:

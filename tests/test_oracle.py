@@ -928,3 +928,42 @@ def test_agent_shadows_a_standard_library_module_pytest_imports_late(
                                            "--ralph-allow-criteria-edits")
     assert result.ret == 0, result.stdout.str()
     assert not (pytester.path / "build.txt").exists()
+
+
+# Swaps the bytecode the run's private cache holds for the guarded test: same header, a test
+# that always passes.
+PYC_SWAP = r"""
+import glob, marshal, os
+root = os.getcwd()
+for path in glob.glob("/tmp/pytest-ralph-pycache-*" + root + "/test_feature*.pyc"):
+    header = open(path, "rb").read()[:16]
+    code = compile("def test_feature():\n    pass\n", os.path.join(root, "test_feature.py"),
+                   "exec")
+    open(path, "wb").write(header + marshal.dumps(code))
+    print("swapped", path)
+"""
+
+
+def test_bytecode_swapped_in_the_private_cache_is_never_loaded(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path],
+        agent: Callable[[str, str], str]) -> None:
+    pytester.makepyfile(test_feature=FAILING_TEST)
+    write_prd(story("US-001", {"text": "feature works", "pytest": "test_feature.py"}))
+    cmd = write_agent(agent, PYC_SWAP)
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd,
+                                           "--ralph-max-iterations", "2")
+    assert result.ret == 1, result.stdout.str()
+
+
+def test_standard_library_names_in_ini_pythonpath_are_guarded(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path],
+        agent: Callable[[str, str], str]) -> None:
+    pytester.mkdir("src")
+    pytester.makeini("[pytest]\npythonpath = src\n")
+    write_prd(story("US-001", {"text": "done", "run": "test -f done.txt"}))
+    cmd = write_agent(agent, "import pathlib\npathlib.Path('src/pdb.py').write_text('')")
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd,
+                                           "--ralph-max-iterations", "1")
+    assert result.ret == 1, result.stdout.str()
+    result.stdout.fnmatch_lines(["*Criteria changed: folder src/ (standard-library names) "
+                                 "changed: added src/pdb.py*"])

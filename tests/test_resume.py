@@ -419,3 +419,60 @@ def test_a_lost_history_is_reported(pytester: pytest.Pytester, never_prd: Path,
     code, out = finish(ralph(pytester, *args))
     assert code == 1, out
     assert "does not know 1 run of this PRD" in out
+
+
+def test_a_lock_file_replaced_by_a_symlink_is_never_written_through(
+        pytester: pytest.Pytester, never_prd: Path, agent: Callable[[str, str], str],
+        tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("IMPORTANT DATA\n")
+    cmd = agent("agent.py", "import os\n"
+                "if os.environ['PYTEST_RALPH_ITERATION'] == '1':\n"
+                "    os.remove('.pytest_ralph/lock')\n"
+                f"    os.symlink({str(victim)!r}, '.pytest_ralph/lock')\n")
+    code, out = finish(ralph(pytester, "--ralph", "--ralph-agent", cmd,
+                             "--ralph-max-iterations", "2"))
+    assert code == 1, out
+    assert victim.read_text() == "IMPORTANT DATA\n"
+    assert "the loop lock" in out and "recreated it; nothing else was lost" in out
+
+
+def test_another_programs_database_put_in_place_mid_run_is_set_aside(
+        pytester: pytest.Pytester, never_prd: Path, agent: Callable[[str, str], str]) -> None:
+    cmd = agent("agent.py", "import glob, os, sqlite3\n"
+                "if os.environ['PYTEST_RALPH_ITERATION'] == '1':\n"
+                "    for path in glob.glob('.pytest_ralph/ralph.db*'):\n"
+                "        os.remove(path)\n"
+                "    con = sqlite3.connect('.pytest_ralph/ralph.db')\n"
+                "    con.execute('create table other (x)')\n"
+                "    con.commit()\n"
+                "    con.close()\n")
+    code, out = finish(ralph(pytester, "--ralph", "--ralph-agent", cmd, "--ralph-breaker", "9",
+                             "--ralph-max-iterations", "2"))
+    assert code == 1, out
+    assert "it was moved to" in out and "rebuilt the run history from memory" in out
+    assert list((pytester.path / ".pytest_ralph").glob("ralph.db.foreign-*"))
+    [(run_id, status, _)] = runs(pytester)
+    assert status == "limit" and iterations(pytester, run_id) == [0, 1, 2]
+
+
+def test_cancel_signals_the_real_lock_holder_not_the_pid_written_in_files(
+        pytester: pytest.Pytester, never_prd: Path, agent: Callable[[str, str], str]) -> None:
+    (pytester.path / "sleep-at").write_text("1")
+    proc = ralph(pytester, *loop_args(agent))
+    wait_for(pytester.path / "sleeping")
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        lock = pytester.path / ".pytest_ralph" / "lock"
+        lock.write_text(f"pid {bystander.pid}, started 2026-01-01 00:00:00 UTC\n")
+        with db(pytester) as conn:
+            conn.execute("UPDATE runs SET pid = ?", (bystander.pid,))
+        code, out = finish(ralph(pytester, "--ralph-cancel"))
+        assert code == 0, out
+        time.sleep(1)
+        assert bystander.poll() is None, "cancel signalled a pid written in a file"
+    finally:
+        bystander.kill()
+        bystander.wait()
+    proc.send_signal(signal.SIGINT)
+    finish(proc)
