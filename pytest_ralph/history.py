@@ -729,16 +729,9 @@ class History:
             sqlite3.OperationalError: the database stayed locked for :data:`BUSY_TIMEOUT`.
             HistoryError: the history is open read-only.
         """
-        with self._write() as conn:
-            cur = conn.execute("UPDATE runs SET cancel_requested = 1, updated = ? "
-                               "WHERE id = ? AND cancel_requested = 0", (_iso(_now()), run_id))
-            if cur.rowcount == 0:
-                self._require(conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)),
-                              run_id)
-                return False
-            self._event(conn, run_id, None, "cancel-requested",
-                        f"cancel requested by pid {os.getpid()} on {socket.gethostname()}")
-            return True
+        return self._set_cancel(run_id, True, "cancel-requested",
+                                f"cancel requested by pid {os.getpid()} on "
+                                f"{socket.gethostname()}")
 
     def clear_cancel(self, run_id: str) -> bool:
         """Clear a run's cancel request (a person resumes a cancelled run on purpose).
@@ -750,14 +743,19 @@ class History:
             KeyError: no such run.
             HistoryError: the history is open read-only.
         """
+        return self._set_cancel(run_id, False, "cancel-cleared", "cancel request cleared")
+
+    def _set_cancel(self, run_id: str, value: bool, kind: str, message: str) -> bool:
+        """Set the cancel flag to ``value``; add an event only when it changed."""
         with self._write() as conn:
-            cur = conn.execute("UPDATE runs SET cancel_requested = 0, updated = ? "
-                               "WHERE id = ? AND cancel_requested = 1", (_iso(_now()), run_id))
+            cur = conn.execute("UPDATE runs SET cancel_requested = ?, updated = ? "
+                               "WHERE id = ? AND cancel_requested = ?",
+                               (int(value), _iso(_now()), run_id, int(not value)))
             if cur.rowcount == 0:
                 self._require(conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)),
                               run_id)
                 return False
-            self._event(conn, run_id, None, "cancel-cleared", "cancel request cleared")
+            self._event(conn, run_id, None, kind, message)
             return True
 
     def cancel_requested(self, run_id: str) -> bool:

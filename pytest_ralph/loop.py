@@ -527,7 +527,7 @@ class Loop:
         return [message]
 
     def _cancel_requested(self, run: RunRecord) -> bool:
-        with contextlib.suppress(HistoryError, OSError, Exception):
+        with contextlib.suppress(Exception):  # a broken history is handled elsewhere
             return self.history.cancel_requested(run.run_dir.id)
         return False
 
