@@ -7,21 +7,30 @@ agent runs in its own process group; its timeout kills the whole group.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
-from .process import read_tail, run_in_group
+from .redact import Redactor
+
+if TYPE_CHECKING:
+    from .presets import OutputReader, Verdict
+from .process import read_tail, run_streaming
 
 #: Outcomes after which the agent is taken to have run properly (the breaker counts them).
 RAN_OUTCOMES = ("ok", "timeout")
 
 #: Every outcome class: ``ok`` exit 0; ``exit-nonzero``; ``timeout`` killed at the timeout;
-#: ``not-found`` the executable is missing; ``crash`` killed by a signal.
-OUTCOMES = ("ok", "exit-nonzero", "timeout", "not-found", "crash")
+#: ``not-found`` the executable is missing; ``crash`` killed by a signal; ``api-error`` and
+#: ``rate-limited`` as the CLI's structured output (or documented stderr format) says.
+OUTCOMES = ("ok", "exit-nonzero", "timeout", "not-found", "crash", "api-error", "rate-limited")
 
 #: Environment variable set for the agent: a Stop hook inside it must not drive a second loop.
 CONTROLLER_ENV = "PYTEST_RALPH_CONTROLLER"
@@ -84,8 +93,15 @@ class AgentRun:
         outcome: one of :data:`OUTCOMES`.
         exit_code: the exit status, negative for a signal, ``None`` on timeout or not-found.
         duration: wall-clock seconds.
-        log_path: file holding the agent's stdout and stderr.
+        log_path: file holding the agent's stdout and stderr (secrets redacted).
         log_tail: the last lines of that log.
+        detail: why the run got its outcome, one line, when the CLI's structured output
+            said (``result is_error: API Error: 500 ...``); ``""`` otherwise.
+        cost_usd: what the run cost in US dollars, when the CLI reports it.
+        input_tokens, output_tokens: tokens used, when the CLI reports them.
+        turns: model turns, when the CLI reports them.
+        reset_at: for ``rate-limited``: when the limit resets (epoch seconds), when stated.
+        retry_after: for ``rate-limited``: seconds to wait, when stated as a duration.
     """
 
     argv: tuple[str, ...]
@@ -94,6 +110,13 @@ class AgentRun:
     duration: float
     log_path: Path
     log_tail: str
+    detail: str = ""
+    cost_usd: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    turns: int | None = None
+    reset_at: float | None = None
+    retry_after: float | None = None
 
     @property
     def ran(self) -> bool:
@@ -109,9 +132,109 @@ class AgentRun:
             what = "not found"
         elif self.outcome == "crash":
             what = f"killed by signal {-(self.exit_code or 0)}"
+        elif self.outcome in ("api-error", "rate-limited"):
+            said = f": {self.detail}" if self.detail else ""
+            what = f"{self.outcome} (exit {self.exit_code}{said})"
         else:
             what = f"exit {self.exit_code}"
-        return f"agent `{name}` {what} in {self.duration:.1f} s"
+        extra = []
+        if self.cost_usd is not None:
+            extra.append(f"${self.cost_usd:.4f}")
+        if self.turns is not None:
+            extra.append(f"{self.turns} turns")
+        return f"agent `{name}` {what} in {self.duration:.1f} s" + (
+            f" ({', '.join(extra)})" if extra else "")
+
+
+#: Lines of stderr kept for the output reader (each cut to :data:`STDERR_LINE_BYTES`).
+STDERR_TAIL_LINES = 40
+
+#: Bytes of one stderr line kept for the output reader.
+STDERR_LINE_BYTES = 2000
+
+#: Bytes of one stdout line handed to the output reader; a longer line arrives cut.
+MAX_LINE_BYTES = 1024 * 1024
+
+
+class _Lines:
+    """Splits a byte stream into lines, each cut to ``limit`` bytes, handed to ``sink``."""
+
+    def __init__(self, sink: Callable[[bytes], None], limit: int) -> None:
+        self.sink = sink
+        self.limit = limit
+        self.buf = bytearray()
+        self.cut = False
+
+    def feed(self, chunk: bytes) -> None:
+        start = 0
+        while True:
+            nl = chunk.find(b"\n", start)
+            part = chunk[start:] if nl < 0 else chunk[start:nl]
+            if not self.cut:
+                room = self.limit - len(self.buf)
+                self.buf += part[:room]
+                self.cut = len(part) > room
+            if nl < 0:
+                return
+            self.end()
+            start = nl + 1
+
+    def end(self) -> None:
+        line = bytes(self.buf).rstrip(b"\r")
+        self.buf.clear()
+        self.cut = False
+        self.sink(line)
+
+    def close(self) -> None:
+        if self.buf:
+            self.end()
+
+
+class _Output:
+    """Where the agent's output goes while it runs: the log file (secrets redacted, stdout
+    and stderr interleaved as they come), stdout lines to the CLI's output reader, and the
+    last lines of stderr. Memory stays bounded whatever the output's size."""
+
+    def __init__(self, log: IO[bytes], reader: OutputReader | None,
+                 redactor: Redactor | None) -> None:
+        self.log = log
+        self.lock = threading.Lock()
+        self.reader = reader
+        self.redact = {name: (redactor.fresh() if redactor else None)
+                       for name in ("out", "err")}
+        self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        self.out_lines = _Lines(self._stdout_line, MAX_LINE_BYTES)
+        self.err_lines = _Lines(self._stderr_line, STDERR_LINE_BYTES)
+
+    def _stdout_line(self, line: bytes) -> None:
+        if self.reader is not None:
+            with contextlib.suppress(Exception):  # a reader must never stop the loop
+                self.reader.feed_stdout(line)
+
+    def _stderr_line(self, line: bytes) -> None:
+        self.stderr_tail.append(line.decode("utf-8", "replace"))
+
+    def _write(self, stream: str, chunk: bytes) -> None:
+        r = self.redact[stream]
+        data = r.stream(chunk) if r is not None else chunk
+        with self.lock, contextlib.suppress(OSError, ValueError):
+            self.log.write(data)
+
+    def stdout(self, chunk: bytes) -> None:
+        self._write("out", chunk)
+        self.out_lines.feed(chunk)
+
+    def stderr(self, chunk: bytes) -> None:
+        self._write("err", chunk)
+        self.err_lines.feed(chunk)
+
+    def close(self) -> None:
+        self.out_lines.close()
+        self.err_lines.close()
+        for r in self.redact.values():
+            if r is not None:
+                with self.lock, contextlib.suppress(OSError, ValueError):
+                    self.log.write(r.flush())
 
 
 def run_agent(
@@ -123,18 +246,29 @@ def run_agent(
     timeout: float,
     log_path: Path,
     env: Mapping[str, str] | None = None,
+    reader: OutputReader | None = None,
+    redactor: Redactor | None = None,
 ) -> AgentRun:
     """Write ``prompt`` to ``prompt_file``, then run the agent with the prompt on stdin.
 
+    The agent's stdout and stderr are streamed into ``log_path`` while it runs (never held
+    whole in memory); stdout lines also go to ``reader``, the CLI's structured-output
+    reader (:mod:`pytest_ralph.presets`), which classifies the run: an ``api-error`` or
+    ``rate-limited`` verdict wins over the exit code (Claude Code reports an API error with
+    ``is_error: true``, formerly with exit 0). Otherwise exit 0 is ``ok``, a signal
+    ``crash``, any other status ``exit-nonzero``; the timeout gives ``timeout``.
+
     Args:
         argv: the agent argv; ``{prompt_file}`` placeholders are replaced.
-        prompt: the prompt text (UTF-8).
+        prompt: the prompt text (UTF-8; already redacted by the caller).
         prompt_file: where the prompt is written.
         cwd: the agent's working directory.
         timeout: seconds before the agent's process group is killed.
         log_path: file that receives the agent's stdout and stderr.
         env: extra environment variables (on top of ``os.environ`` and
             ``PYTEST_RALPH_CONTROLLER=1``).
+        reader: the CLI's output reader, or ``None`` to classify by the exit code alone.
+        redactor: replaces secret values in the log, or ``None``.
 
     Raises:
         KeyboardInterrupt: after the agent's process group has been killed.
@@ -145,20 +279,40 @@ def run_agent(
     run_env.update(env or {})
     run_env[CONTROLLER_ENV] = "1"
     with log_path.open("w+b") as log:
+        sink = _Output(log, reader, redactor)
         try:
-            finished = run_in_group(full, cwd=cwd, output=log, timeout=timeout,
-                                    input=prompt.encode("utf-8"), env=run_env,
-                                    watchdog=True)
+            finished = run_streaming(full, cwd=cwd, timeout=timeout,
+                                     on_stdout=sink.stdout, on_stderr=sink.stderr,
+                                     input=prompt.encode("utf-8"), env=run_env, watchdog=True)
         except (FileNotFoundError, PermissionError) as exc:
             log.write(f"pytest-ralph: cannot start the agent: {exc}\n".encode())
             return AgentRun(tuple(full), "not-found", None, 0.0, log_path, str(exc))
-        tail = read_tail(log, 2000)
+        finally:
+            sink.close()
+        with sink.lock:
+            tail = read_tail(log, 2000)
+    verdict: Verdict | None = None
+    if reader is not None:
+        with contextlib.suppress(Exception):  # a reader must never stop the loop
+            verdict = reader.verdict(finished.returncode, list(sink.stderr_tail))
+    said = verdict.outcome if verdict is not None else None
     if finished.timed_out:
         outcome = "timeout"
+    elif said in ("api-error", "rate-limited"):
+        outcome = said
     elif finished.returncode == 0:
         outcome = "ok"
     elif finished.returncode is not None and finished.returncode < 0:
         outcome = "crash"
     else:
         outcome = "exit-nonzero"
-    return AgentRun(tuple(full), outcome, finished.returncode, finished.duration, log_path, tail)
+    run = AgentRun(tuple(full), outcome, finished.returncode, finished.duration, log_path, tail)
+    if verdict is None:
+        return run
+    detail = str(verdict.detail or "") if said else ""
+    if redactor is not None:
+        detail = redactor.text(detail)
+    return replace(run, detail=detail[:500], cost_usd=verdict.cost_usd,
+                   input_tokens=verdict.input_tokens, output_tokens=verdict.output_tokens,
+                   turns=verdict.turns, reset_at=verdict.reset_at,
+                   retry_after=verdict.retry_after)

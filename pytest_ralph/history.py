@@ -17,7 +17,7 @@ Connection settings:
   with an explicit ``BEGIN IMMEDIATE`` ... ``COMMIT`` around every write call: each write
   call is exactly one transaction.
 
-Schema (version 1; ``STRICT`` tables when the runtime SQLite is 3.37 or newer; every time
+Schema (version 2; ``STRICT`` tables when the runtime SQLite is 3.37 or newer; every time
 is ISO 8601 UTC text such as ``2026-11-29T23:57:28.834000+00:00``, every duration is
 seconds, every ``JSON`` column is JSON text)::
 
@@ -36,11 +36,22 @@ seconds, every ``JSON`` column is JSON text)::
          regressions JSON list of keys, flaky JSON list of keys,
          criteria_changed JSON list of {subject, change, criteria},
          errors JSON list of text, check_extra JSON object,
+         blocked JSON object story id -> why,       -- v2: stories blocked after it
+         diff_stat TEXT,                            -- v2: git diff --stat of what it changed
          PRIMARY KEY (run_id, n))
     agent_runs(run_id, n -> iterations ON DELETE CASCADE,
          argv JSON list, exit_code INTEGER NULL, duration REAL,
          outcome TEXT CHECK IN AGENT_OUTCOMES, log_path TEXT, detail TEXT,  -- the log tail
+         cost_usd REAL NULL, input_tokens, output_tokens, turns INTEGER NULL,  -- v2: as the
+         why TEXT,                                  -- CLI's structured output reported them
          PRIMARY KEY (run_id, n))
+    agent_attempts(id INTEGER PRIMARY KEY, run_id -> runs ON DELETE CASCADE,   -- v2
+         n INTEGER >= 1,                            -- the iteration it was an attempt at
+         started, argv, exit_code, duration, outcome, log_path, why, cost_usd, input_tokens,
+         output_tokens, turns,
+         pause REAL >= 0)                           -- seconds the loop paused after it
+    -- an agent run that did not spend an iteration (rate limited); the iteration's own
+    -- agent run is the one in agent_runs
     criterion_results(run_id, n -> iterations ON DELETE CASCADE,
          pos INTEGER,                               -- collection order
          story, criterion, nodeid, text, kind,
@@ -88,7 +99,7 @@ from .oracle import Change
 from .results import CheckResults, CriterionResult
 
 #: The schema version this module writes and reads.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: File name of the history in the state folder.
 DB_NAME = "ralph.db"
@@ -232,9 +243,41 @@ def _create_v1(conn: sqlite3.Connection, strict: bool) -> None:
         conn.execute(sql)
 
 
+def _migrate_v2(conn: sqlite3.Connection, strict: bool) -> None:
+    """Version 1 -> 2 (frozen): what the agent's structured output said (cost, tokens,
+    turns, why), the stories blocked after each iteration, and the agent runs that did not
+    spend an iteration (rate limits)."""
+    end = ") STRICT" if strict else ")"
+    outcomes = ("'ok', 'exit-nonzero', 'timeout', 'not-found', 'crash', 'api-error', "
+                "'rate-limited'")
+    for column in ("cost_usd REAL", "input_tokens INTEGER", "output_tokens INTEGER",
+                   "turns INTEGER", "why TEXT NOT NULL DEFAULT ''"):
+        conn.execute(f"ALTER TABLE agent_runs ADD COLUMN {column}")
+    conn.execute("ALTER TABLE iterations ADD COLUMN blocked TEXT NOT NULL DEFAULT '{}'")
+    conn.execute("ALTER TABLE iterations ADD COLUMN diff_stat TEXT NOT NULL DEFAULT ''")
+    conn.execute(f"""CREATE TABLE agent_attempts (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        n INTEGER NOT NULL CHECK (n >= 1),
+        started TEXT NOT NULL,
+        argv TEXT NOT NULL,
+        exit_code INTEGER,
+        duration REAL NOT NULL CHECK (duration >= 0),
+        outcome TEXT NOT NULL CHECK (outcome IN ({outcomes})),
+        log_path TEXT NOT NULL DEFAULT '',
+        why TEXT NOT NULL DEFAULT '',
+        cost_usd REAL,
+        input_tokens INTEGER,
+        output_tokens INTEGER,
+        turns INTEGER,
+        pause REAL NOT NULL DEFAULT 0 CHECK (pause >= 0)
+    {end}""")
+    conn.execute("CREATE INDEX agent_attempts_by_run ON agent_attempts (run_id, id)")
+
+
 #: ``MIGRATIONS[v](conn, strict)`` takes the schema from version ``v`` to ``v + 1`` inside
 #: the caller's transaction; ``strict`` says whether STRICT tables may be used.
-MIGRATIONS: list[Callable[[sqlite3.Connection, bool], None]] = [_create_v1]
+MIGRATIONS: list[Callable[[sqlite3.Connection, bool], None]] = [_create_v1, _migrate_v2]
 
 
 # -- stored rows -----------------------------------------------------------------------------
@@ -298,6 +341,8 @@ class StoredAgentRun:
         outcome: one of :data:`AGENT_OUTCOMES`.
         log_path: the file holding the agent's output.
         detail: the tail of that log as it was when the iteration was recorded.
+        why: what the CLI's structured output said about the outcome, or ``""``.
+        cost_usd, input_tokens, output_tokens, turns: as the CLI reported them, or ``None``.
     """
 
     argv: tuple[str, ...]
@@ -306,11 +351,35 @@ class StoredAgentRun:
     outcome: str
     log_path: Path
     detail: str
+    why: str = ""
+    cost_usd: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    turns: int | None = None
 
     def to_agent_run(self) -> AgentRun:
         """The same run as a :class:`pytest_ralph.agent.AgentRun` (``log_tail`` = ``detail``)."""
         return AgentRun(self.argv, self.outcome, self.exit_code, self.duration, self.log_path,
-                        self.detail)
+                        self.detail, detail=self.why, cost_usd=self.cost_usd,
+                        input_tokens=self.input_tokens, output_tokens=self.output_tokens,
+                        turns=self.turns)
+
+
+@dataclass(frozen=True)
+class StoredAttempt:
+    """One row of ``agent_attempts``: an agent run that did not spend an iteration.
+
+    Attributes:
+        n: the iteration it was an attempt at.
+        started: UTC time it started.
+        agent: the run (``log_tail`` empty).
+        pause: seconds the loop paused after it.
+    """
+
+    n: int
+    started: _dt.datetime
+    agent: StoredAgentRun
+    pause: float
 
 
 @dataclass(frozen=True)
@@ -330,6 +399,8 @@ class StoredIteration:
         regressions: keys (``US-001::AC1``) that passed before and failed here.
         flaky: keys that failed, then passed on a re-check.
         changes: the oracle changes seen after it.
+        blocked: stories blocked after it (story id -> why).
+        diff_stat: ``git diff --stat`` of what it changed (``""``: unknown or nothing).
         results: the check results, criteria in collection order (empty ``criteria`` when
             read with ``with_criteria=False``; ``passing`` and ``total`` stay right).
         agent: its agent run, ``None`` for the baseline.
@@ -350,6 +421,8 @@ class StoredIteration:
     changes: tuple[Change, ...]
     results: CheckResults
     agent: StoredAgentRun | None = field(default=None)
+    blocked: dict[str, str] = field(default_factory=dict)
+    diff_stat: str = ""
 
 
 @dataclass(frozen=True)
@@ -393,6 +466,12 @@ class History:
         self.path = path
         self.readonly = readonly
         self.journal_mode = journal_mode
+        #: Whether the file has the version 2 tables (a reader may open a version 1 file).
+        self.v2 = bool(conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                                    "name = 'agent_attempts'").fetchone())
+        self._agent_columns = _AGENT_COLUMNS_V2 if self.v2 else _AGENT_COLUMNS
+        self._iteration_columns = _ITERATION_COLUMNS + (", blocked, diff_stat" if self.v2
+                                                        else "")
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -556,7 +635,9 @@ class History:
                          finished: _dt.datetime, results: CheckResults,
                          agent: AgentRun | None, fingerprint: str, streak: int,
                          error_streak: int, regressions: Sequence[str] = (),
-                         flaky: Sequence[str] = (), changes: Sequence[Change] = ()) -> None:
+                         flaky: Sequence[str] = (), changes: Sequence[Change] = (),
+                         blocked: Mapping[str, str] | None = None,
+                         diff_stat: str = "") -> None:
         """Record one iteration, its agent run and every criterion result in ONE
         transaction: after a crash either all of it is there or none of it.
 
@@ -573,6 +654,8 @@ class History:
             regressions: keys (``US-001::AC1``) that passed earlier and fail now.
             flaky: keys that failed, then passed on a re-check.
             changes: the oracle changes seen after it.
+            blocked: stories blocked after it (story id -> why).
+            diff_stat: ``git diff --stat`` of what the iteration changed, or ``""``.
 
         Raises:
             ValueError: an agent outcome not in :data:`AGENT_OUTCOMES` or a criterion
@@ -597,20 +680,22 @@ class History:
             conn.execute(
                 "INSERT INTO iterations (run_id, n, story, started, finished, passing, total, "
                 "exitstatus, check_duration, fingerprint, streak, error_streak, regressions, "
-                "flaky, criteria_changed, errors, check_extra) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "flaky, criteria_changed, errors, check_extra, blocked, diff_stat) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, n, story, _iso(started), end, len(results.passing),
                  len(results.criteria), results.exitstatus, float(results.duration),
                  fingerprint, streak, error_streak, _json(list(regressions)),
                  _json(list(flaky)), _json(criteria_changed), _json(list(results.errors)),
-                 _json(dict(results.extra))))
+                 _json(dict(results.extra)), _json(dict(blocked or {})), diff_stat))
             if agent is not None:
                 conn.execute(
                     "INSERT INTO agent_runs (run_id, n, argv, exit_code, duration, outcome, "
-                    "log_path, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "log_path, detail, why, cost_usd, input_tokens, output_tokens, turns) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (run_id, n, _json(list(agent.argv)), agent.exit_code,
                      float(agent.duration), agent.outcome, str(agent.log_path),
-                     agent.log_tail))
+                     agent.log_tail, agent.detail, _finite(agent.cost_usd),
+                     agent.input_tokens, agent.output_tokens, agent.turns))
             conn.executemany(
                 "INSERT INTO criterion_results (run_id, n, pos, story, criterion, nodeid, "
                 "text, kind, outcome, message, claimed, duration) "
@@ -619,6 +704,47 @@ class History:
                   c.message, int(c.claimed), float(c.duration))
                  for pos, c in enumerate(results.criteria)))
             conn.execute("UPDATE runs SET updated = ? WHERE id = ?", (end, run_id))
+
+    def record_attempt(self, run_id: str, n: int, *, started: _dt.datetime, agent: AgentRun,
+                       pause: float) -> None:
+        """Record an agent run that did not spend an iteration (a rate limit) and the
+        seconds the loop pauses after it, in one transaction.
+
+        Args:
+            run_id: the run (must exist).
+            n: the iteration it was an attempt at (>= 1).
+            started: UTC time it started.
+            agent: the run.
+            pause: seconds the loop pauses after it (>= 0).
+
+        Raises:
+            ValueError: an outcome not in :data:`AGENT_OUTCOMES`.
+            sqlite3.IntegrityError: no such run.
+            HistoryError: the history is open read-only.
+        """
+        if agent.outcome not in AGENT_OUTCOMES:
+            raise ValueError(f"unknown agent outcome {agent.outcome!r}; expected one of "
+                             f"{', '.join(AGENT_OUTCOMES)}")
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO agent_attempts (run_id, n, started, argv, exit_code, duration, "
+                "outcome, log_path, why, cost_usd, input_tokens, output_tokens, turns, pause) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, n, _iso(started), _json(list(agent.argv)), agent.exit_code,
+                 float(agent.duration), agent.outcome, str(agent.log_path), agent.detail,
+                 _finite(agent.cost_usd), agent.input_tokens, agent.output_tokens,
+                 agent.turns, float(max(pause, 0.0))))
+            conn.execute("UPDATE runs SET updated = ? WHERE id = ?", (_iso(_now()), run_id))
+
+    def attempts(self, run_id: str) -> list[StoredAttempt]:
+        """The agent runs of a run that did not spend an iteration, oldest first."""
+        if not self.v2:
+            return []
+        rows = self._conn.execute(
+            "SELECT n, started, pause, argv, exit_code, duration, outcome, log_path, '', why, "
+            "cost_usd, input_tokens, output_tokens, turns FROM agent_attempts "
+            "WHERE run_id = ? ORDER BY id", (run_id,)).fetchall()
+        return [StoredAttempt(int(r[0]), _time(r[1]), _agent(r[3:]), float(r[2])) for r in rows]
 
     def finish_run(self, run_id: str, status: str, exit_code: int | None, reason: str,
                    finished: _dt.datetime) -> None:
@@ -862,10 +988,11 @@ class History:
                 the summaries (fast for ``--ralph-status``).
         """
         with self._read() as conn:
-            rows = conn.execute(f"SELECT {_ITERATION_COLUMNS} FROM iterations "
+            rows = conn.execute(f"SELECT {self._iteration_columns} FROM iterations "
                                 "WHERE run_id = ? ORDER BY n", (run_id,)).fetchall()
             agents = {int(r[0]): _agent(r[1:]) for r in conn.execute(
-                f"SELECT n, {_AGENT_COLUMNS} FROM agent_runs WHERE run_id = ?", (run_id,))}
+                f"SELECT n, {self._agent_columns} FROM agent_runs WHERE run_id = ?",
+                (run_id,))}
             criteria: dict[int, list[CriterionResult]] = {}
             if with_criteria:
                 for r in conn.execute(f"SELECT n, {_CRITERION_COLUMNS} FROM criterion_results "
@@ -877,11 +1004,11 @@ class History:
     def iteration(self, run_id: str, n: int) -> StoredIteration | None:
         """Iteration ``n`` of a run with its criterion results, or ``None``."""
         with self._read() as conn:
-            row = conn.execute(f"SELECT {_ITERATION_COLUMNS} FROM iterations "
+            row = conn.execute(f"SELECT {self._iteration_columns} FROM iterations "
                                "WHERE run_id = ? AND n = ?", (run_id, n)).fetchone()
             if row is None:
                 return None
-            arow = conn.execute(f"SELECT {_AGENT_COLUMNS} FROM agent_runs "
+            arow = conn.execute(f"SELECT {self._agent_columns} FROM agent_runs "
                                 "WHERE run_id = ? AND n = ?", (run_id, n)).fetchone()
             crows = conn.execute(f"SELECT {_CRITERION_COLUMNS} FROM criterion_results "
                                  "WHERE run_id = ? AND n = ? ORDER BY pos",
@@ -912,6 +1039,7 @@ _ITERATION_COLUMNS = ("run_id, n, story, started, finished, passing, total, exit
                       "check_duration, fingerprint, streak, error_streak, regressions, flaky, "
                       "criteria_changed, errors, check_extra")
 _AGENT_COLUMNS = "argv, exit_code, duration, outcome, log_path, detail"
+_AGENT_COLUMNS_V2 = _AGENT_COLUMNS + ", why, cost_usd, input_tokens, output_tokens, turns"
 _CRITERION_COLUMNS = "nodeid, story, criterion, text, kind, outcome, message, claimed, duration"
 
 
@@ -927,9 +1055,28 @@ def _run(row: Sequence[Any]) -> StoredRun:
 
 
 def _agent(row: Sequence[Any]) -> StoredAgentRun:
-    argv, exit_code, duration, outcome, log_path, detail = row
+    argv, exit_code, duration, outcome, log_path, detail = row[:6]
+    extra = tuple(row[6:11]) if len(row) >= 11 else ("", None, None, None, None)  # schema v1
+    why, cost, tokens_in, tokens_out, turns = extra
     return StoredAgentRun(tuple(json.loads(argv)), None if exit_code is None else int(exit_code),
-                          float(duration), str(outcome), Path(log_path), str(detail))
+                          float(duration), str(outcome), Path(log_path), str(detail),
+                          str(why or ""), None if cost is None else float(cost),
+                          _int(tokens_in), _int(tokens_out), _int(turns))
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _finite(value: float | None) -> float | None:
+    """``value`` if it is a finite number, else ``None`` (SQLite has no NaN)."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number == number and abs(number) != float("inf") else None
 
 
 def _criterion(row: Sequence[Any]) -> CriterionResult:
@@ -942,7 +1089,9 @@ def _criterion(row: Sequence[Any]) -> CriterionResult:
 def _iteration(row: Sequence[Any], criteria: list[CriterionResult],
                agent: StoredAgentRun | None) -> StoredIteration:
     (run_id, n, story, started, finished, passing, total, exitstatus, check_duration,
-     fingerprint, streak, error_streak, regressions, flaky, changed, errors, extra) = row
+     fingerprint, streak, error_streak, regressions, flaky, changed, errors, extra) = row[:17]
+    blocked = json.loads(row[17]) if len(row) > 17 else {}
+    diff_stat = str(row[18]) if len(row) > 18 else ""
     results = CheckResults(tuple(criteria), tuple(json.loads(errors)), int(exitstatus),
                            float(check_duration), extra=dict(json.loads(extra)))
     changes = tuple(Change(str(c["subject"]), str(c["change"]), tuple(c["criteria"]),
@@ -950,7 +1099,8 @@ def _iteration(row: Sequence[Any], criteria: list[CriterionResult],
     return StoredIteration(str(run_id), int(n), str(story), _time(started), _time(finished),
                            int(passing), int(total), str(fingerprint), int(streak),
                            int(error_streak), tuple(json.loads(regressions)),
-                           tuple(json.loads(flaky)), changes, results, agent)
+                           tuple(json.loads(flaky)), changes, results, agent,
+                           {str(k): str(v) for k, v in dict(blocked).items()}, diff_stat)
 
 
 class _Damage(Exception):

@@ -21,6 +21,7 @@ import signal
 import socket
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -34,11 +35,12 @@ from .agent import (
     render_argv,
     resolve_executable,
     run_agent,
-    split_command,
 )
 from .checkrun import PYCACHE_DIR_PREFIX, CheckPhaseConfig, run_check_phase
 from .checks import VERIFIER_KIND
+from .escalation import Step, blocked, run_escalate, state_dump, story_states
 from .fingerprint import fingerprint
+from .gitdiff import diff_stat, tree_snapshot
 from .history import DB_NAME, History, HistoryError, StoredIteration, StoredRun
 from .model import PRD, Story, fold_text
 from .oracle import (
@@ -51,8 +53,18 @@ from .oracle import (
     snapshot_to_json,
 )
 from .prd import PRD_FILE_NAMES, PRD_SEARCH_DIRS, PRDError, discover_prd, load_prd
-from .prompt import PROGRESS_CHARS, PromptContext, build_prompt, pick_story, template_path
-from .report import clean, write_report
+from .presets import reader_for, resolve_agent
+from .prompt import (
+    NO_CHANGE,
+    PROGRESS_CHARS,
+    PromptContext,
+    build_prompt,
+    pick_story,
+    same_failure_counts,
+    template_path,
+)
+from .redact import Redactor
+from .report import story_report, why, write_report
 from .results import CheckResults, CriterionResult
 from .settings import SPECS, Settings
 from .state import LockedError, RunDir, StateDir
@@ -104,6 +116,9 @@ class IterationRecord:
         changes: what the agent changed in the oracle since the run started (see
             :mod:`pytest_ralph.oracle`); non-empty marks a "criteria changed" iteration.
         flaky: keys of criteria that failed in this check, then passed when re-checked.
+        blocked: stories blocked after it (story id -> why); see
+            :mod:`pytest_ralph.escalation`.
+        diff: ``git diff --stat`` of what the iteration changed ("" when unknown).
     """
 
     n: int
@@ -118,6 +133,8 @@ class IterationRecord:
     fingerprint: str = ""
     changes: tuple[Change, ...] = ()
     flaky: tuple[str, ...] = ()
+    blocked: dict[str, str] = field(default_factory=dict)
+    diff: str = ""
 
     @property
     def passing(self) -> int:
@@ -144,6 +161,9 @@ class RunRecord:
         flaky: keys of every criterion found flaky so far; the breaker ignores them.
         resumed_from: the status the run had when this process resumed it, or ``""``.
         warnings: things that went wrong around the run (state folder deleted, say).
+        attempts: agent runs that did not spend an iteration (rate limits): (iteration,
+            run, seconds paused after it).
+        escalations: one line per escalation command run.
     """
 
     prd: PRD
@@ -160,11 +180,25 @@ class RunRecord:
     flaky: set[str] = field(default_factory=set)
     resumed_from: str = ""
     warnings: list[str] = field(default_factory=list)
+    attempts: list[tuple[int, AgentRun, float]] = field(default_factory=list)
+    escalations: list[str] = field(default_factory=list)
 
     @property
     def last(self) -> IterationRecord:
         """The latest iteration (or the baseline)."""
         return self.iterations[-1]
+
+    @property
+    def cost(self) -> float:
+        """US dollars the agent runs of this run cost, as the agent reported it."""
+        runs = [it.agent for it in self.iterations if it.agent is not None]
+        runs += [a for _, a, _ in self.attempts]
+        return sum(a.cost_usd for a in runs if a.cost_usd is not None)
+
+    @property
+    def blocked(self) -> dict[str, str]:
+        """Stories blocked so far (story id -> why)."""
+        return self.iterations[-1].blocked if self.iterations else {}
 
 
 def _now() -> _dt.datetime:
@@ -225,6 +259,9 @@ class Loop:
         self._lock: IO[str] | None = None
         self._db_sig: tuple[object, ...] = ()
         self._pycache: Path | None = None
+        self._t0 = time.monotonic()
+        self._redactor = Redactor.from_env()
+        self._git = False  # the last iteration's change is known (a git work tree)
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -267,7 +304,7 @@ class Loop:
             raise LoopUsageError("no agent configured: pass --ralph-agent CMD, or set ini "
                                  "ralph_agent or the environment variable PYTEST_RALPH_AGENT")
         try:
-            argv = split_command(s.agent)
+            argv, _ = resolve_agent(s.agent, s.agent_flags)
             resolve_executable(argv, self.rootdir)
         except AgentCommandError as exc:
             source = s.sources.get("agent", "default")
@@ -369,6 +406,7 @@ class Loop:
                 raise LoopUsageError(str(exc)) from None
             self._db_sig = _db_signature(self.history.path)
             self._pycache = Path(tempfile.mkdtemp(prefix=PYCACHE_DIR_PREFIX))
+            self._t0 = time.monotonic()
             try:
                 return self._run_locked(prd, argv, state)
             finally:
@@ -483,6 +521,8 @@ class Loop:
         for it in self.history.iterations(stored.id):
             run.iterations.append(_record(it, run_dir))
             run.flaky.update(it.flaky)
+        run.attempts = [(a.n, a.agent.to_agent_run(), a.pause)
+                        for a in self.history.attempts(stored.id)]
         self.history.clear_cancel(stored.id)
         self.history.set_status(stored.id, "running", f"resumed after {stored.status}",
                                 pid=os.getpid(), hostname=socket.gethostname())
@@ -559,24 +599,46 @@ class Loop:
         streak = run.last.streak
         error_streak = 0 if run.resumed_from else run.last.error_streak
         last_fp = self._last_fingerprint(run)
+        last_story = next((it.story for it in reversed(run.iterations[1:])
+                           if it.agent is not None and it.agent.ran), "")
         template = self._template()
-        for n in range(run.last.n + 1, s.max_iterations + 1):
+        n = run.last.n + 1
+        while n <= s.max_iterations:
             if self._cancel_requested(run):
                 raise Cancelled()
+            spent = self._spent(run)
+            if spent is not None:
+                return spent
             self._check_state(run, state)
             started = _now()
             folder = run.run_dir.iteration_dir(n)
             prd = self._reload(run)
             prev = run.last.results
-            story = pick_story(prd, prev)
-            prompt = build_prompt(template, PromptContext(
+            held = run.blocked
+            story = pick_story(prd, prev, held)
+            prompt = self._redactor.text(build_prompt(template, PromptContext(
                 prd, prev, n, s.max_iterations, self.rootdir,
-                state.read_progress_tail(PROGRESS_CHARS)))
+                state.read_progress_tail(PROGRESS_CHARS),
+                repeats=same_failure_counts([it.results for it in run.iterations]),
+                regressions=run.last.regressions, blocked=held,
+                last_change=run.last.diff or (NO_CHANGE if self._git and run.last.agent
+                                              is not None else ""))))
+            before = tree_snapshot(self.rootdir)
             agent_run = run_agent(argv, prompt=prompt, prompt_file=folder / "prompt.md",
-                                  cwd=self.rootdir, timeout=s.agent_timeout,
+                                  cwd=self.rootdir, timeout=self._agent_timeout(),
                                   log_path=folder / "agent.log",
                                   env={"PYTEST_RALPH_ITERATION": str(n),
-                                       "PYTEST_RALPH_PROMPT_FILE": str(folder / "prompt.md")})
+                                       "PYTEST_RALPH_PROMPT_FILE": str(folder / "prompt.md")},
+                                  reader=reader_for(argv), redactor=self._redactor)
+            if agent_run.outcome == "rate-limited":
+                error_streak += 1
+                stop = self._rate_limited(run, n, started, agent_run, error_streak)
+                if stop is not None:
+                    return stop
+                continue
+            after = tree_snapshot(self.rootdir) if before is not None else None
+            self._git = after is not None
+            diff = diff_stat(self.rootdir, before, after) if before and after else ""
             results = run_check_phase(phase, folder)
             results, flaky = self._recheck(run, phase, prev, results, folder)
             changes = self._changes(run, phase)
@@ -588,17 +650,30 @@ class Loop:
                 if changes and not s.allow_criteria_edits:
                     streak += 1  # an edited oracle is never progress
                 else:
-                    streak = streak + 1 if fp == last_fp else 1
+                    # The same failure while working on the same story: a story whose turn
+                    # comes starts its own count (it is blocked, not the run, at the limit).
+                    same = fp == last_fp and (story.id if story else "") == last_story
+                    streak = streak + 1 if same else 1
                     last_fp = fp
+                last_story = story.id if story else ""
                 error_streak = 0
             else:
                 error_streak += 1
             rec = IterationRecord(n, results, agent_run, story.id if story else "", streak,
                                   error_streak, started, folder, _regressions(run, results),
-                                  fp, tuple(changes), flaky)
+                                  fp, tuple(changes), flaky, diff=diff)
+            rec.blocked = self._blocked_after(run, rec)
+            newly = [sid for sid in rec.blocked if sid not in held]
+            failing_stories = {c.story for c in results.failing}
+            all_blocked = bool(failing_stories) and failing_stories <= set(rec.blocked)
+            if newly and not all_blocked and not results.complete:
+                # The loop changes course (another story, another prompt): the breaker's
+                # count starts again.
+                rec.streak = streak = 0
+                last_fp = None
             self._record(run, rec, state)
             self._print_block(run, rec)
-            state.append_progress(self._progress_entry(run, rec))
+            state.append_progress(self._redactor.text(self._progress_entry(run, rec)))
             if results.complete:
                 return self._stop(run, "complete", EXIT_COMPLETE,
                                   f"every criterion passes ({len(results.criteria)}/"
@@ -608,18 +683,166 @@ class Loop:
                                   f"the agent did not run properly in {error_streak} iterations "
                                   f"in a row (last: {agent_run.describe()}); see "
                                   f"{agent_run.log_path}")
-            if streak >= s.breaker:
+            if all_blocked:
+                why_blocked = ("every remaining story is blocked (" + "; ".join(
+                    f"{sid}: {rec.blocked[sid]}" for sid in sorted(failing_stories)) + ")")
+                if streak >= s.breaker:
+                    span = f"iterations {n - streak + 1}-{n}" if streak > 1 else f"iteration {n}"
+                    why_blocked = (f"circuit breaker: the same failure (fingerprint {fp}) in "
+                                   f"{plural(streak, 'iteration')} in a row ({span}); "
+                                   + why_blocked)
+                code = self._stop(run, "breaker", EXIT_BREAKER,
+                                  why_blocked + self._tampered(run))
+                self._escalate(run, "all-blocked", sorted(failing_stories))
+                return code
+            if newly:
+                self._escalate(run, "story-blocked", newly)
+            elif streak >= s.breaker:
                 span = f"iteration {n}" if streak == 1 else f"iterations {n - streak + 1}-{n}"
-                return self._stop(run, "breaker", EXIT_BREAKER,
+                code = self._stop(run, "breaker", EXIT_BREAKER,
                                   f"circuit breaker: the same failure (fingerprint {fp}) in "
                                   f"{plural(streak, 'iteration')} in a row ({span}); the agent "
                                   "is not making progress" + self._tampered(run))
+                self._escalate(run, "breaker", sorted({c.story for c in results.failing}))
+                return code
+            n += 1
         last = run.last.results
         failing = plural(len(last.failing), "criterion", "criteria")
         return self._stop(run, "limit", EXIT_LIMIT,
                           f"stopped at the iteration limit ({s.max_iterations}) with {failing} "
                           "still failing" + (" and check-phase errors" if last.errors else "")
                           + self._tampered(run))
+
+    # -- budgets, rate limits, blocked stories, escalation -------------------------------
+
+    def _remaining(self) -> float | None:
+        """Seconds left of ``--ralph-budget``, or ``None`` without a budget."""
+        if self.settings.budget is None:
+            return None
+        return self.settings.budget - (time.monotonic() - self._t0)
+
+    def _agent_timeout(self) -> float:
+        """The agent's timeout: ``--ralph-agent-timeout``, cut to what is left of the budget."""
+        left = self._remaining()
+        timeout = self.settings.agent_timeout
+        return timeout if left is None else max(min(timeout, left), 0.001)
+
+    def _spent(self, run: RunRecord) -> int | None:
+        """Stop (exit 1) when the wall-clock budget or the cost limit is spent."""
+        s = self.settings
+        last = run.last.results
+        failing = plural(len(last.failing), "criterion", "criteria")
+        left = self._remaining()
+        if left is not None and left <= 0:
+            return self._stop(run, "limit", EXIT_LIMIT,
+                              f"stopped at the wall-clock budget ({s.budget:g} s, "
+                              f"--ralph-budget) with {failing} still failing"
+                              + self._tampered(run))
+        if s.max_cost is not None and run.cost >= s.max_cost:
+            return self._stop(run, "limit", EXIT_LIMIT,
+                              f"stopped at the cost limit: the agent runs cost "
+                              f"${run.cost:.4f} (--ralph-max-cost {s.max_cost:g}) with "
+                              f"{failing} still failing" + self._tampered(run))
+        return None
+
+    def _pause_for(self, agent_run: AgentRun) -> tuple[float, str]:
+        """Seconds to pause after a rate-limited run, and where that figure came from."""
+        s = self.settings
+        if agent_run.reset_at is not None:
+            wait = agent_run.reset_at - time.time() + 1.0
+            when = _dt.datetime.fromtimestamp(agent_run.reset_at, _dt.timezone.utc)
+            source = f"until the stated reset at {when.strftime('%Y-%m-%d %H:%M:%S')} UTC"
+        elif agent_run.retry_after is not None:
+            wait = agent_run.retry_after
+            source = f"the stated retry-after of {agent_run.retry_after:g} s"
+        else:
+            wait = s.rate_limit_backoff
+            source = f"no reset time stated: ralph_rate_limit_backoff {wait:g} s"
+        wait = max(wait, 0.0)
+        if wait > s.max_pause:
+            source += f", capped by ralph_max_pause {s.max_pause:g} s"
+            wait = s.max_pause
+        return wait, source
+
+    def _rate_limited(self, run: RunRecord, n: int, started: _dt.datetime,
+                      agent_run: AgentRun, error_streak: int) -> int | None:
+        """Record a rate-limited agent run (no iteration spent), then pause; or stop when
+        the agent-error streak or the budget says so."""
+        s = self.settings
+        k = sum(1 for i, _, _ in run.attempts if i == n) + 1
+        log = agent_run.log_path.with_name(f"agent.rate-limited-{k}.log")
+        with contextlib.suppress(OSError):
+            agent_run.log_path.replace(log)
+            agent_run = replace(agent_run, log_path=log)
+        wait, source = self._pause_for(agent_run)
+        left = self._remaining()
+        over = left is not None and wait >= left
+        stopping = error_streak >= s.agent_errors or over
+        pause = 0.0 if stopping else wait
+        run.attempts.append((n, agent_run, pause))
+        self.history.record_attempt(run.run_dir.id, n, started=started, agent=agent_run,
+                                    pause=pause)
+        self._db_sig = _db_signature(self.history.path)
+        self._print(f"[ralph iteration {n}/{s.max_iterations}: rate limited]\n"
+                    f"  Tried: {agent_run.describe()}\n"
+                    + (f"  Pause: {wait:.0f} s ({source}); the iteration is not spent; "
+                       f"agent-error streak {error_streak}/{s.agent_errors}"
+                       if not stopping else
+                       f"  Agent-error streak {error_streak}/{s.agent_errors}"))
+        self._save(run)
+        if error_streak >= s.agent_errors:
+            return self._stop(run, "agent-error", EXIT_AGENT_ERROR,
+                              f"the agent did not run properly in {error_streak} runs in a row "
+                              f"(last: {agent_run.describe()}); see {agent_run.log_path}")
+        if over:
+            return self._stop(run, "limit", EXIT_LIMIT,
+                              f"stopped at the wall-clock budget: the agent is rate limited "
+                              f"for {wait:.0f} s ({source}), more than the {max(left or 0, 0):.0f}"
+                              f" s left of --ralph-budget {s.budget:g}")
+        self._sleep(run, wait)
+        return None
+
+    def _sleep(self, run: RunRecord, seconds: float) -> None:
+        """Pause ``seconds``, waking each second for ``--ralph-cancel`` (Ctrl-C and SIGTERM
+        interrupt it at once)."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, 1.0))
+            if self._cancel_requested(run):
+                raise Cancelled()
+
+    def _blocked_after(self, run: RunRecord, rec: IterationRecord) -> dict[str, str]:
+        """Stories blocked once ``rec`` is added to ``run``."""
+        its = [*run.iterations[1:], rec]
+        steps = [Step(it.n, it.story, it.agent is not None and it.agent.ran,
+                      tuple((k, m) for k, m in it.results.failures() if k not in run.flaky),
+                      bool(it.changes) and not self.settings.allow_criteria_edits,
+                      it.agent.outcome if it.agent else "")
+                 for it in its]
+        return blocked(story_states(steps, breaker=self.settings.breaker,
+                                    max_iterations=self.settings.story_max_iterations))
+
+    def _escalate(self, run: RunRecord, event: str, stories: list[str]) -> None:
+        """Run ini ``ralph_escalate`` (if set) with the state dump on stdin."""
+        command = self.settings.escalate
+        if not command:
+            return
+        dump = state_dump(event=event, run_id=run.run_dir.id, prd=run.prd.path,
+                          rootdir=self.rootdir, reason=run.reason or "; ".join(
+                              f"{sid}: {run.blocked.get(sid, '')}" for sid in stories),
+                          stories=[story_report(run, sid) for sid in stories],
+                          report=None, redact=self._redactor.text)
+        log = run.run_dir.path / f"escalate-{run.last.n:03d}-{event}.log"
+        result = run_escalate(command, dump, cwd=self.rootdir, log_path=log,
+                              env={"PYTEST_RALPH_EVENT": event})
+        line = f"iteration {run.last.n}, {event} ({', '.join(stories)}): {result.summary}"
+        run.escalations.append(line)
+        self._print(f"pytest-ralph: {line}")
+        with contextlib.suppress(Exception):
+            self.history.add_event(run.run_dir.id, "escalate", line, run.last.n)
+            self._db_sig = _db_signature(self.history.path)
+        if not result.ok:
+            run.warnings.append(result.summary)
 
     def _record(self, run: RunRecord, rec: IterationRecord, state: StateDir) -> None:
         """Add ``rec`` to the run: one history transaction, then ``run.json``."""
@@ -633,7 +856,7 @@ class Loop:
             run_id, rec.n, story=rec.story, started=rec.started, finished=_now(),
             results=rec.results, agent=rec.agent, fingerprint=rec.fingerprint,
             streak=rec.streak, error_streak=rec.error_streak, regressions=rec.regressions,
-            flaky=rec.flaky, changes=rec.changes)
+            flaky=rec.flaky, changes=rec.changes, blocked=rec.blocked, diff_stat=rec.diff)
         self._db_sig = _db_signature(self.history.path)
 
     def _last_fingerprint(self, run: RunRecord) -> str | None:
@@ -819,7 +1042,8 @@ class Loop:
             state.append_progress(f"## {run.finished.strftime('%Y-%m-%dT%H:%M:%SZ')} run "
                                   f"{run.run_dir.id} ended: {run.status} (exit {run.exit_code}): "
                                   f"{run.reason}\n")
-        path = write_report(run, state.report_path(run.prd.topic, run.started.date()))
+        path = write_report(run, state.report_path(run.prd.topic, run.started.date()),
+                            redact=self._redactor.text)
         n = len(run.iterations) - 1
         self._print(f"pytest-ralph: {run.status} (exit {run.exit_code}) after {max(n, 0)} "
                     f"iteration{'s' if n != 1 else ''}: {run.reason}\n"
@@ -877,8 +1101,22 @@ class Loop:
             regress += f"\n  Criteria changed: {_changes_text(rec.changes)}" + (
                 " (allowed by --ralph-allow-criteria-edits)" if s.allow_criteria_edits else
                 "; not counted as progress, and no completion until they are restored")
+        story = f"  Story: {rec.story}\n" if rec.story else ""
+        newly = [sid for sid in rec.blocked if sid not in (
+            run.iterations[-2].blocked if len(run.iterations) > 1 else {})]
+        for sid in newly:
+            regress += f"\n  Blocked: {sid}: {rec.blocked[sid]}"
+        if newly and not r.complete:
+            nxt = pick_story(run.prd, r, rec.blocked)
+            regress += (f"; next: {nxt.id}" if nxt is not None else
+                        "; no story left to work on")
+        if s.budget is not None or s.max_cost is not None:
+            left = self._remaining()
+            regress += "\n  Budget: " + ", ".join(
+                ([f"{max(left or 0, 0):.0f} s of {s.budget:g} s left"] if s.budget else [])
+                + ([f"${run.cost:.4f} of ${s.max_cost:g} spent"] if s.max_cost else []))
         self._print(f"[ralph iteration {rec.n}/{s.max_iterations}]\n"
-                    f"  Goal: {goal}\n  Tried: {tried}\n  Result: {result}\n"
+                    f"  Goal: {goal}\n{story}  Tried: {tried}\n  Result: {result}\n"
                     f"  State: {rec.passing}/{total} passing ({delta:+d}); {streak}{regress}")
 
     def _progress_entry(self, run: RunRecord, rec: IterationRecord) -> str:
@@ -902,6 +1140,10 @@ class Loop:
             lines.append(f"flaky (failed, then passed on a re-check): {', '.join(rec.flaky)}")
         if rec.changes:
             lines.append(f"criteria changed: {_changes_text(rec.changes)}")
+        for sid, reason in rec.blocked.items():
+            lines.append(f"blocked {sid}: {reason}")
+        if rec.diff:
+            lines.append("changed: " + "; ".join(rec.diff.strip().splitlines()[-1:]))
         lines.append(f"streak: {rec.streak}/{self.settings.breaker}; agent-error streak: "
                      f"{rec.error_streak}/{self.settings.agent_errors}")
         return "\n".join(lines) + "\n"
@@ -913,6 +1155,11 @@ class Loop:
             "started": run.started.isoformat(),
             "finished": run.finished.isoformat() if run.finished else None,
             "max_iterations": self.settings.max_iterations, "breaker": self.settings.breaker,
+            "cost_usd": round(run.cost, 6), "blocked": run.blocked,
+            "rate_limited": [{"iteration": n, "outcome": a.outcome, "why": a.detail,
+                              "paused": round(p, 3), "log": str(a.log_path)}
+                             for n, a, p in run.attempts],
+            "escalations": run.escalations,
             "iterations": [{
                 "n": it.n, "story": it.story, "passing": it.passing,
                 "total": len(it.results.criteria), "failing": [c.key for c in it.results.failing],
@@ -921,9 +1168,13 @@ class Loop:
                 "regressions": list(it.regressions), "flaky": list(it.flaky),
                 "criteria_changed": [{"subject": ch.subject, "change": ch.change,
                                       "criteria": list(ch.criteria)} for ch in it.changes],
+                "blocked": it.blocked, "diff_stat": it.diff,
                 "agent": None if it.agent is None else {
                     "argv": list(it.agent.argv), "outcome": it.agent.outcome,
-                    "exit_code": it.agent.exit_code, "duration": round(it.agent.duration, 3)},
+                    "exit_code": it.agent.exit_code, "duration": round(it.agent.duration, 3),
+                    "why": it.agent.detail, "cost_usd": it.agent.cost_usd,
+                    "input_tokens": it.agent.input_tokens,
+                    "output_tokens": it.agent.output_tokens, "turns": it.agent.turns},
             } for it in run.iterations],
         })
 
@@ -956,7 +1207,7 @@ def _record(it: StoredIteration, run_dir: RunDir) -> IterationRecord:
     return IterationRecord(it.n, it.results, it.agent.to_agent_run() if it.agent else None,
                            it.story, it.streak, it.error_streak, it.started,
                            run_dir.path / f"iteration-{it.n:03d}", it.regressions,
-                           it.fingerprint, it.changes, it.flaky)
+                           it.fingerprint, it.changes, it.flaky, dict(it.blocked), it.diff_stat)
 
 
 def _silence(stream: TextIO) -> None:
@@ -990,15 +1241,6 @@ def _keys(r: CheckResults, most: int = 8) -> str:
     keys = [c.key for c in r.failing] + (["<check phase>"] if r.errors else [])
     shown = ", ".join(keys[:most])
     return shown + (f", +{len(keys) - most} more" if len(keys) > most else "")
-
-
-def why(message: str, limit: int = 200) -> str:
-    """The most telling line of a failure message: pytest's first ``E`` line, else the first
-    line that is not a heading (ending in ``:``); at most ``limit`` characters."""
-    lines = [ln.strip() for ln in clean(message).splitlines() if ln.strip()]
-    pick = next((ln for ln in lines if ln.startswith("E ")), None) or next(
-        (ln for ln in lines if not ln.endswith(":")), lines[0] if lines else "")
-    return pick[:limit]
 
 
 def run_loop(loop: Loop, *, dry_run: bool, err: Callable[[str], None]) -> int:

@@ -71,7 +71,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                             metavar="ID", help=help_text)
         else:
             group.addoption(spec.cli, action="store", dest=spec.dest, default=None,
-                            metavar=_METAVARS.get(spec.kind, "VALUE"), help=help_text)
+                            metavar=spec.metavar or _METAVARS.get(spec.kind, "VALUE"),
+                            help=help_text)
     group.addoption("--ralph-dry-run", action="store_true", default=False,
                     help="Print the first prompt and the agent's argv; run nothing.")
     group.addoption("--ralph-new", action="store_true", default=False,
@@ -107,7 +108,7 @@ def _ini_type(kind: str) -> Any:
     return native.get(kind, "string")
 
 
-_METAVARS = {"path": "PATH", "str": "CMD", "int": "N", "float": "SECONDS",
+_METAVARS = {"path": "PATH", "str": "CMD|PRESET", "int": "N", "float": "SECONDS",
              "choice": "all|claims"}
 
 
@@ -445,3 +446,21 @@ def _write_list(tr: pytest.TerminalReporter, lines: list[str], heading: str,
         tr.write_line(f"  {line}")
     if len(lines) > most:
         tr.write_line(f"  ... and {len(lines) - most} more")
+
+
+@pytest.fixture
+def ralph_agent() -> Generator[Any, None, None]:
+    """A factory of scripted agents (``pytest_ralph.testing.AgentFactory``) for testing PRDs,
+    checks and prompts without a model.
+
+    ``ralph_agent(*steps, workdir=None)`` returns a ``ScriptedAgent``: pass ``agent.command``
+    to ``--ralph-agent``; step k serves the agent's k-th run, then runs do nothing (exit 0). A
+    step is a callable ``fn(call) -> int | None`` run in this test process (``call.prompt``,
+    ``call.iteration``, ``call.cwd``, ``call.env``), or a dict / ``Patch`` the agent applies
+    itself: ``{"files": {"a.txt": "text", "old.txt": None}, "patch": "<diff>", "exit": 0,
+    "stdout": "...", "stderr": "...", "sleep": 0.5}``. ``agent.calls`` lists its runs. Every
+    agent is closed at teardown.
+    """
+    from .testing import ralph_agent_fixture  # lazy: keep plain pytest runs fast
+
+    yield from ralph_agent_fixture()

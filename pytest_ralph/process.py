@@ -14,8 +14,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -78,34 +79,13 @@ def run_in_group(
         FileNotFoundError, PermissionError: the executable cannot be started.
         KeyboardInterrupt: re-raised after the process group has been killed.
     """
-    popen_kw: dict[str, object] = {}
-    if os.name == "posix":
-        popen_kw["start_new_session"] = True
-    else:  # pragma: no cover - exercised on Windows only
-        popen_kw["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
     start = time.monotonic()
-    proc = subprocess.Popen(
-        args,
-        cwd=cwd,
-        env=dict(env) if env is not None else None,
-        shell=shell,
-        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-        stdout=output,
-        stderr=errors if errors is not None else subprocess.STDOUT,
-        **popen_kw,  # type: ignore[call-overload]
-    )
+    proc = _popen_group(args, cwd=cwd, env=env, shell=shell, stdin=input is not None,
+                        stdout=output, stderr=errors if errors is not None else subprocess.STDOUT)
     dog = _start_watchdog(proc.pid, grace) if watchdog and os.name == "posix" else None
-    timed_out = False
     try:
-        proc.communicate(input=input, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    except BaseException:
-        kill_group(proc, grace)
-        raise
+        timed_out = _wait(proc, grace, lambda: proc.communicate(input=input, timeout=timeout))
     finally:
-        # Kill what is left of the group: the command on timeout, or helpers it left behind.
-        kill_group(proc, grace)
         if proc.stdin is not None:  # left open by a timeout or an interrupt
             with contextlib.suppress(OSError):
                 proc.stdin.close()
@@ -113,6 +93,128 @@ def run_in_group(
             _stop_watchdog(*dog)
     duration = time.monotonic() - start
     return Finished(None if timed_out else proc.returncode, timed_out, duration)
+
+
+def _wait(proc: subprocess.Popen[bytes], grace: float | None, wait: Callable[[], object]
+          ) -> bool:
+    """Call ``wait`` (which raises :class:`subprocess.TimeoutExpired` at the timeout), then
+    kill what is left of the group: the command on timeout or interrupt, or helpers it left
+    behind. Returns whether the timeout expired; re-raises an interrupt after the kill."""
+    try:
+        wait()
+    except subprocess.TimeoutExpired:
+        return True
+    finally:
+        kill_group(proc, grace)
+    return False
+
+
+def _popen_group(args: Sequence[str] | str, *, cwd: Path, env: Mapping[str, str] | None,
+                 shell: bool, stdin: bool, stdout: object,
+                 stderr: object) -> subprocess.Popen[bytes]:
+    """Start ``args`` in a new session (POSIX) or process group (Windows)."""
+    popen_kw: dict[str, object] = {}
+    if os.name == "posix":
+        popen_kw["start_new_session"] = True
+    else:  # pragma: no cover - exercised on Windows only
+        popen_kw["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
+    proc: subprocess.Popen[bytes] = subprocess.Popen(
+        args,
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+        shell=shell,
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        **popen_kw,  # type: ignore[call-overload]
+    )
+    return proc
+
+
+#: Bytes read from a pipe at a time by :func:`run_streaming`.
+CHUNK_BYTES = 64 * 1024
+
+#: Seconds :func:`run_streaming` waits for its pipes to close after the group was killed (a
+#: process that left the group may still hold them open).
+DRAIN_SECONDS = 5.0
+
+
+def run_streaming(
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    timeout: float | None,
+    on_stdout: Callable[[bytes], None],
+    on_stderr: Callable[[bytes], None],
+    input: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    grace: float | None = None,
+    watchdog: bool = True,
+) -> Finished:
+    """Run ``args`` in its own process group and hand its output to callbacks as it comes.
+
+    Like :func:`run_in_group`, but stdout and stderr are pipes read by two threads in
+    chunks of at most :data:`CHUNK_BYTES` bytes, each chunk passed to ``on_stdout`` /
+    ``on_stderr`` (called from those threads; keep them short and thread-safe). Nothing is
+    held in memory beyond one chunk per stream, whatever the output's size. stdin is fed
+    from a third thread, so a large ``input`` (megabytes) cannot deadlock against a full
+    output pipe.
+
+    Args:
+        args: the argv.
+        cwd: working directory.
+        timeout: seconds before the whole process group is killed; ``None`` waits forever.
+        on_stdout, on_stderr: receive each chunk of output, in order per stream.
+        input: bytes written to stdin, which is then closed; ``None`` gives an empty stdin.
+        env: the full environment, or ``None`` to inherit.
+        grace: seconds between SIGTERM and SIGKILL when the group is stopped.
+        watchdog: kill the group if this process dies first (see :func:`run_in_group`).
+
+    Raises:
+        FileNotFoundError, PermissionError: the executable cannot be started.
+        KeyboardInterrupt: re-raised after the process group has been killed.
+    """
+    start = time.monotonic()
+    proc = _popen_group(args, cwd=cwd, env=env, shell=False, stdin=input is not None,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    dog = _start_watchdog(proc.pid, grace) if watchdog and os.name == "posix" else None
+    assert proc.stdout is not None and proc.stderr is not None
+    readers = [threading.Thread(target=_pump, args=(pipe, sink), daemon=True)
+               for pipe, sink in ((proc.stdout, on_stdout), (proc.stderr, on_stderr))]
+    for t in readers:
+        t.start()
+    if input is not None:
+        threading.Thread(target=_feed, args=(proc.stdin, input), daemon=True).start()
+    try:
+        timed_out = _wait(proc, grace, lambda: proc.wait(timeout=timeout))
+    finally:
+        deadline = time.monotonic() + DRAIN_SECONDS
+        for t in readers:
+            t.join(max(0.0, deadline - time.monotonic()))
+        if dog is not None:
+            _stop_watchdog(*dog)
+    duration = time.monotonic() - start
+    return Finished(None if timed_out else proc.returncode, timed_out, duration)
+
+
+def _pump(pipe: IO[bytes], sink: Callable[[bytes], None]) -> None:
+    """Read ``pipe`` to its end, handing each chunk to ``sink``."""
+    with contextlib.suppress(OSError, ValueError):
+        read = getattr(pipe, "read1", pipe.read)
+        while chunk := read(CHUNK_BYTES):
+            sink(chunk)
+    with contextlib.suppress(OSError):
+        pipe.close()
+
+
+def _feed(pipe: IO[bytes] | None, data: bytes) -> None:
+    """Write ``data`` to ``pipe`` and close it; a reader that went away is not an error."""
+    if pipe is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        pipe.write(data)
+    with contextlib.suppress(OSError, ValueError):
+        pipe.close()
 
 
 # The watchdog: blocks reading the pipe; a byte means "done, leave the group alone"; end of

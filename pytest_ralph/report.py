@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .checks import CLAIMED_NOTE
 from .fingerprint import fingerprint
-from .prompt import excerpt
+from .prompt import excerpt, same_failure_counts
 from .results import CheckResults, atomic_write_text
 
 if TYPE_CHECKING:
     from .loop import RunRecord
 
 _EXIT_MEANING = {0: "complete", 1: "stopped at a limit", 2: "interrupted", 3: "internal error",
-                 6: "circuit breaker tripped", 7: "the agent could not run"}
+                 6: "circuit breaker tripped, or every remaining story blocked",
+                 7: "the agent could not run"}
 
 
 _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|"
@@ -33,6 +35,40 @@ def clean(text: str) -> str:
     """``text`` without terminal escape sequences and control characters (tabs and newlines
     kept): agent and command output must not drive a terminal or a Markdown viewer."""
     return _CONTROL.sub("", text)
+
+
+def why(message: str, limit: int = 200) -> str:
+    """The most telling line of a failure message: pytest's first ``E`` line, else the first
+    line that is not a heading (ending in ``:``); at most ``limit`` characters."""
+    lines = [ln.strip() for ln in clean(message).splitlines() if ln.strip()]
+    pick = next((ln for ln in lines if ln.startswith("E ")), None) or next(
+        (ln for ln in lines if not ln.endswith(":")), lines[0] if lines else "")
+    return pick[:limit]
+
+
+def story_report(run: RunRecord, story_id: str) -> dict[str, object]:
+    """What a human needs about one story of ``run``: its failing criteria in the last check
+    (with how many checks in a row each failed the same way), what was tried on it, and the
+    last ``git diff --stat`` of an iteration on it. The shape of one ``stories`` entry of
+    :func:`pytest_ralph.escalation.state_dump`."""
+    story = run.prd.story(story_id)
+    repeats = same_failure_counts([it.results for it in run.iterations])
+    failing = [{"criterion": c.key, "text": c.text, "why": why(c.message, 500),
+                "repeated": repeats.get(c.key, 1)}
+               for c in run.last.results.failing if c.story == story_id]
+    tried = []
+    last_diff = ""
+    for it in run.iterations[1:]:
+        if it.story != story_id or it.agent is None:
+            continue
+        crits = it.results.by_story().get(story_id, [])
+        tried.append({"iteration": it.n, "agent": it.agent.describe(),
+                      "outcome": it.agent.outcome,
+                      "passing": sum(c.passed for c in crits), "total": len(crits)})
+        last_diff = it.diff or last_diff
+    return {"id": story_id, "title": story.title if story else "",
+            "blocked": run.blocked.get(story_id, ""), "failing": failing, "tried": tried,
+            "last_diff": last_diff}
 
 
 def _block(text: str) -> list[str]:
@@ -74,6 +110,14 @@ def render_report(run: RunRecord) -> str:
         + (f", finished {run.finished.isoformat(timespec='seconds')}" if run.finished else ""),
         f"- State: `{run.run_dir.path}`",
         *_guard_line(run),
+        *([f"- Agent cost: ${run.cost:.4f} (as the agent reported it)"
+           + (f"; limit ${s.max_cost:g}" if s.max_cost is not None else "")]
+          if run.cost or s.max_cost is not None else []),
+        *([f"- Wall-clock budget: {s.budget:g} s (--ralph-budget)"] if s.budget else []),
+        *([f"- Rate limits: {len(run.attempts)} agent run(s) rate-limited, "
+           f"{sum(p for _, _, p in run.attempts):.0f} s paused in total; not counted as "
+           "iterations"] if run.attempts else []),
+        *([f"- Blocked stories: {', '.join(run.blocked)}"] if run.blocked else []),
         *([f"- Resumed: this run was resumed after it was {run.resumed_from}"]
           if run.resumed_from else []),
         "",
@@ -109,7 +153,8 @@ def render_report(run: RunRecord) -> str:
             agent_cells = "baseline check | - | -"
         else:
             code = "-" if it.agent.exit_code is None else f"exit {it.agent.exit_code}"
-            agent_cells = f"{code} | {it.agent.outcome} | {it.agent.duration:.1f}"
+            said = f": {_cell(clean(it.agent.detail))}" if it.agent.detail else ""
+            agent_cells = f"{code} | {it.agent.outcome}{said} | {it.agent.duration:.1f}"
         out.append(f"| {it.n} | {it.story or '-'} | {agent_cells} | "
                    f"{len(r.passing)}/{len(r.criteria)} | `{it.fingerprint or r.fingerprint}` | "
                    f"{it.streak} |")
@@ -152,13 +197,21 @@ def render_report(run: RunRecord) -> str:
                 ""]
         out += [f"- {n}: {key}" for n, key in flaky]
         out.append("")
+    if run.attempts:
+        out += ["## Rate-limited agent runs", "",
+                "These agent runs hit a rate limit; the loop paused and ran the same iteration "
+                "again (they are not counted as iterations).", "",
+                "| iteration | outcome | why | paused (s) | log |", "|---|---|---|---|---|"]
+        out += [f"| {n} | {a.outcome} | {_cell(clean(a.detail)) or '-'} | {p:.0f} | "
+                f"`{a.log_path}` |" for n, a, p in run.attempts]
+        out.append("")
     if claimed:
         out += ["## Claimed, not verified", "",
                 "These text criteria pass only because their story says `passes: true`; no "
                 "check verified them (map them to commands, or use --ralph-strict).", ""]
         out += [f"- {c.key}: {c.text}" for c in claimed]
         out.append("")
-    if run.status in ("breaker", "agent-error") and run.iterations:
+    if (run.status in ("breaker", "agent-error") or run.blocked) and run.iterations:
         out += _escalation(run)
     return "\n".join(out)
 
@@ -181,13 +234,21 @@ def _guard_line(run: RunRecord) -> list[str]:
 
 
 def _escalation(run: RunRecord) -> list[str]:
-    if run.status == "breaker":
-        why = (f"The circuit breaker stopped the loop: the agent produced the same failures "
+    if run.status == "breaker" and "every remaining story is blocked" in run.reason:
+        cause = "Every story that still fails is blocked: the loop had nothing left to try."
+    elif run.status == "breaker":
+        cause = (f"The circuit breaker stopped the loop: the agent produced the same failures "
                f"{run.last.streak} times in a row.")
-    else:
-        why = (f"The agent did not run properly {run.last.error_streak} times in a row (see the "
+    elif run.status == "agent-error":
+        cause = (f"The agent did not run properly {run.last.error_streak} times in a row (see the "
                "end of its log below).")
-    out = ["## Escalation", "", f"{why} A human needs to look at this. Full state:", ""]
+    else:
+        cause = f"The loop gave up on {plural_stories(len(run.blocked))}."
+    out = ["## Escalation", "", f"{cause} A human needs to look at this. Full state:", ""]
+    for sid in run.blocked:
+        out += _blocked_story(story_report(run, sid))
+    if run.escalations:
+        out += ["### Escalation command", "", *[f"- {line}" for line in run.escalations], ""]
     last_agent = next((it for it in reversed(run.iterations) if it.agent is not None), None)
     if last_agent is not None and last_agent.agent is not None:
         out += [f"- Last prompt: `{last_agent.folder / 'prompt.md'}`",
@@ -204,7 +265,41 @@ def _escalation(run: RunRecord) -> list[str]:
     return out
 
 
-def write_report(run: RunRecord, path: Path) -> Path:
-    """Write the report of ``run`` to ``path`` and return the path."""
-    atomic_write_text(path, render_report(run))
+def plural_stories(n: int) -> str:
+    """``"1 story"``, ``"2 stories"``."""
+    return f"{n} stor{'y' if n == 1 else 'ies'}"
+
+
+def _blocked_story(info: dict[str, Any]) -> list[str]:
+    """The escalation subsection of one blocked story (from :func:`story_report`)."""
+    out = [f"### Blocked: {info['id']}: {_cell(clean(str(info['title'])))}", "",
+           f"- Why: {info['blocked']}", ""]
+    if info["failing"]:
+        out += ["Repeated failure (last check):", ""]
+        out += [f"- {f['criterion']}: {_cell(clean(f['why']))} (failed the same way in "
+                f"{f['repeated']} check{'s' if f['repeated'] != 1 else ''} in a row)"
+                for f in info["failing"]]
+        out.append("")
+    if info["tried"]:
+        out += ["What was tried on it:", "", "| iteration | agent | story criteria passing |",
+                "|---|---|---|"]
+        out += [f"| {t['iteration']} | {_cell(t['agent'])} | {t['passing']}/{t['total']} |"
+                for t in info["tried"]]
+        out.append("")
+    if info["last_diff"]:
+        out += ["Last diff on it (`git diff --stat`):", "", *_block(info["last_diff"]), ""]
+    return out
+
+
+def write_report(run: RunRecord, path: Path,
+                 redact: Callable[[str], str] | None = None) -> Path:
+    """Write the report of ``run`` to ``path`` and return the path.
+
+    Args:
+        run: the run.
+        path: the report file (replaced atomically).
+        redact: applied to the whole text (secret values of the environment), or ``None``.
+    """
+    text = render_report(run)
+    atomic_write_text(path, redact(text) if redact else text)
     return path

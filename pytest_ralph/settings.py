@@ -37,6 +37,7 @@ class Spec:
         default: the value when no source sets it.
         cli: the command-line option, or ``""`` for ini/environment only.
         low, high: inclusive bounds of a number (``low`` exclusive for ``float``).
+        metavar: the option's value name in ``--help`` ("" for the kind's default).
     """
 
     name: str
@@ -46,6 +47,7 @@ class Spec:
     cli: str = ""
     low: float | None = None
     high: float | None = None
+    metavar: str = ""
 
     @property
     def ini(self) -> str:
@@ -67,14 +69,31 @@ SPECS: tuple[Spec, ...] = (
     Spec("prd", "PRD file to work on (default: the first prd.json, prd.jsonc, prd.yaml or "
          "prd.yml in the rootdir, then .ralph/, then scripts/ralph/).", "path", None,
          "--ralph-prd"),
-    Spec("agent", "Agent command line; {prompt_file} is replaced by the prompt file.", "str",
+    Spec("agent", "Agent preset (claude, codex, aider, gemini, opencode, amp, goose, "
+         "cursor-agent) or command line; {prompt_file} is replaced by the prompt file.", "str",
          None, "--ralph-agent"),
+    Spec("agent_flags", "Flags that replace an agent preset's own flags (a command line "
+         "after the executable; {prompt_file} allowed).", "str", None),
     Spec("max_iterations", "Stop after this many iterations (1..10000).", "int", 5,
          "--ralph-max-iterations", 1, 10000),
     Spec("breaker", "Trip the circuit breaker after this many identical failures in a row.",
          "int", 3, "--ralph-breaker", 1, 1000),
     Spec("agent_timeout", "Seconds before an agent run is killed (whole process group).",
          "float", 1800.0, "--ralph-agent-timeout", 0, 7 * 24 * 3600),
+    Spec("budget", "Wall-clock seconds this run may take (agent runs, checks and rate-limit "
+         "pauses); it stops with exit 1 when they are spent.", "float", None, "--ralph-budget",
+         0, 365 * 24 * 3600),
+    Spec("max_cost", "Stop (exit 1) once the agent runs of this run have cost this many US "
+         "dollars, as the agent reports it (claude does).", "float", None, "--ralph-max-cost",
+         0, 1e9, metavar="USD"),
+    Spec("max_pause", "Longest pause, in seconds, after a rate-limited agent run.", "float",
+         3600.0, "", 0, 7 * 24 * 3600),
+    Spec("rate_limit_backoff", "Seconds to pause after a rate-limited agent run that states "
+         "no reset time (capped by ralph_max_pause).", "float", 60.0, "", 0, 7 * 24 * 3600),
+    Spec("story_max_iterations", "Block a story after this many iterations worked on it "
+         "(the loop moves to the next story).", "int", None, "", 1, 10000),
+    Spec("escalate", "Command run (through the shell) when a story is blocked or the "
+         "breaker trips; it gets the state dump as JSON on stdin.", "str", None),
     Spec("story", "Limit the loop and the gate to this story id (repeatable).", "list", (),
          "--ralph-story"),
     Spec("strict", "Claimed text criteria fail instead of passing on the story's claim.", "bool",
@@ -117,9 +136,16 @@ class Settings:
 
     prd: Path | None
     agent: str | None
+    agent_flags: str | None
     max_iterations: int
     breaker: int
     agent_timeout: float
+    budget: float | None
+    max_cost: float | None
+    max_pause: float
+    rate_limit_backoff: float
+    story_max_iterations: int | None
+    escalate: str | None
     story: tuple[str, ...]
     strict: bool
     allow_criteria_edits: bool

@@ -48,3 +48,59 @@ def agent(pytester: pytest.Pytester) -> Callable[[str, str], str]:
         return f"{PY} {shlex.quote(str(path))}"
 
     return make
+
+
+# --- The real Claude Code CLI against a scripted loopback model (see tests/support) -----------
+
+
+@pytest.fixture(scope="session")
+def claude_bin() -> Path:
+    """The pinned real Claude Code CLI, installed into the cache on first use.
+
+    Skips when it is not installed and npm is missing; fails (with npm's output) when npm is
+    present but the install fails, so CI never skips silently.
+    """
+    from tests.support.claude_cli import ClaudeInstallError, claude_executable
+
+    try:
+        exe = claude_executable()
+    except ClaudeInstallError as exc:
+        pytest.fail(f"installing the pinned Claude Code CLI failed:\n{exc}", pytrace=False)
+    if exe is None:
+        pytest.skip("the Claude Code CLI is not installed and npm is not on PATH")
+    return exe
+
+
+@pytest.fixture
+def model_server() -> Any:
+    """A running :class:`tests.support.model_server.ModelServer` with an empty script.
+
+    Script it with ``model_server.add(turn, ...)``; it answers "done" once the script is out.
+    """
+    from tests.support.model_server import ModelServer
+
+    with ModelServer() as server:
+        yield server
+
+
+@pytest.fixture
+def claude_env(claude_bin: Path, model_server: Any,
+               tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The variables that run the real CLI offline against ``model_server``.
+
+    ``HOME`` is a fresh folder outside the project; ``PATH`` starts with the pinned CLI's bin
+    folder (which holds only ``claude``), so ``claude`` is the real pinned CLI whatever other
+    ``claude`` (a fake, a global install) is on ``PATH``. Apply it with ``monkeypatch.setenv``
+    for pytester subprocesses or merge it into ``os.environ``.
+    """
+    import os
+    import shutil
+
+    from tests.support.claude_cli import offline_env
+
+    bin_dir = str(claude_bin.parent)
+    rest = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and d != bin_dir]
+    env = offline_env(model_server.url, tmp_path_factory.mktemp("claude-home"))
+    env["PATH"] = os.pathsep.join([bin_dir, *rest])
+    assert shutil.which("claude", path=env["PATH"]) == str(claude_bin)
+    return env

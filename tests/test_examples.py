@@ -55,11 +55,16 @@ def test_fix_until_green_converges_in_four_iterations(fix_until_green: Path) -> 
 
 
 def test_fix_until_green_needs_the_failures_in_the_prompt(fix_until_green: Path) -> None:
-    """Without the failing criteria in the prompt the agent cannot act: the breaker trips."""
+    """Without the failing criteria in the prompt the agent cannot act: each failing story is
+    blocked after 3 identical failures, the loop moves to the next, and ends (exit 6) when
+    every remaining story is blocked."""
     (fix_until_green / "blind.md").write_text("Work on $story_id. Make everything pass.\n")
-    result = pytest_in(fix_until_green, "--ralph", "-o", "ralph_prompt=blind.md")
+    result = pytest_in(fix_until_green, "--ralph", "-o", "ralph_prompt=blind.md",
+                       "--ralph-max-iterations", "12")
     assert result.returncode == 6, result.stdout
-    assert "identical-failure streak 3/3" in result.stdout
+    assert "every remaining story is blocked" in result.stdout
+    for story in ("US-002", "US-003", "US-004", "US-005"):
+        assert f"  Blocked: {story}: the same failure" in result.stdout
     assert "agent: nothing to fix" in next(
         (fix_until_green / ".pytest_ralph" / "runs").glob("*/iteration-003/agent.log")).read_text()
 
@@ -119,11 +124,15 @@ def test_claimed_stories_complete_one_per_iteration(tmp_path: Path, source: str)
     assert f"claimed, not verified ({n_criteria})" in gate.stdout
 
 
-def test_claimed_stories_strict_trips_the_breaker(tmp_path: Path) -> None:
+def test_claimed_stories_strict_blocks_every_story(tmp_path: Path) -> None:
+    """Under --ralph-strict a claim never passes: each story is blocked after 3 identical
+    failures, then the next is tried; exit 6 once all 3 are blocked (9 iterations)."""
     work = _claimed_project(tmp_path, None)
     result = pytest_in(work, "--ralph", "--ralph-agent", f"{sys.executable} agent.py",
-                       "--ralph-strict")
+                       "--ralph-strict", "--ralph-max-iterations", "9")
     assert result.returncode == 6, result.stdout
+    assert "every remaining story is blocked" in result.stdout
+    assert "[ralph iteration 9/9]" in result.stdout
     assert "--ralph-strict refuses claims" in next(
         (work / ".pytest_ralph" / "runs").glob("*/iteration-003")).joinpath(
             "prompt.md").read_text()

@@ -590,10 +590,10 @@ def _add_color(conn: sqlite3.Connection, strict: bool) -> None:
 def test_migrations_apply_forward(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with History.open(db) as h:
         _begin(h)
-    monkeypatch.setattr(history_module, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(history_module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     monkeypatch.setattr(history_module, "MIGRATIONS", [*history_module.MIGRATIONS, _add_color])
     with History.open(db) as h:
-        assert h.schema_version == 2
+        assert h.schema_version == SCHEMA_VERSION + 1
         assert h.connection.execute("SELECT color FROM runs").fetchall() == [("blue",)]
         assert h.run(RUN) is not None
 
@@ -606,15 +606,81 @@ def test_a_failed_migration_changes_nothing(db: Path, monkeypatch: pytest.Monkey
         _add_color(conn, strict)
         conn.execute("CREATE TABLE broken (")  # syntax error after a first change
 
-    monkeypatch.setattr(history_module, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(history_module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     monkeypatch.setattr(history_module, "MIGRATIONS", [*history_module.MIGRATIONS, half])
     with pytest.raises(HistoryError, match="cannot open"):
         History.open(db)
     monkeypatch.undo()
     with History.open(db) as h:
-        assert h.schema_version == 1
+        assert h.schema_version == SCHEMA_VERSION
         columns = [r[1] for r in h.connection.execute("PRAGMA table_info(runs)")]
         assert "color" not in columns
+
+
+def _v1_history(db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A history written by the schema-1 release: one run, a baseline and one iteration."""
+    monkeypatch.setattr(history_module, "SCHEMA_VERSION", 1)
+    monkeypatch.setattr(history_module, "MIGRATIONS", history_module.MIGRATIONS[:1])
+    with History.open(db) as h:
+        _begin(h)
+        h.connection.execute("PRAGMA table_info(agent_runs)")
+        for n in (0, 1):
+            h.connection.execute(
+                "INSERT INTO iterations (run_id, n, started, finished, passing, total, "
+                "exitstatus, check_duration, fingerprint, streak, error_streak) VALUES "
+                "(?, ?, '2026-11-29T00:00:00+00:00', '2026-11-29T00:00:01+00:00', 0, 1, 1, "
+                "0.5, 'ff', ?, 0)", (RUN, n, n))
+        h.connection.execute(
+            "INSERT INTO agent_runs (run_id, n, argv, exit_code, duration, outcome, log_path, "
+            "detail) VALUES (?, 1, '[\"claude\"]', 0, 2.5, 'ok', 'agent.log', 'tail')", (RUN,))
+        assert h.schema_version == 1
+    monkeypatch.undo()
+
+
+def test_a_schema_1_history_is_read_as_it_is_and_migrated_to_2_on_write(
+        db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _v1_history(db, tmp_path, monkeypatch)
+    with History.open(db, readonly=True) as h:  # a reader never migrates
+        assert not h.v2
+        its = h.iterations(RUN)
+        assert [it.n for it in its] == [0, 1] and its[1].agent is not None
+        assert its[1].agent.outcome == "ok" and its[1].agent.cost_usd is None
+        assert its[1].blocked == {} and h.attempts(RUN) == []
+    with History.open(db) as h:
+        assert h.schema_version == SCHEMA_VERSION == 2 and h.v2
+        its = h.iterations(RUN)
+        assert its[1].agent is not None and its[1].agent.detail == "tail"
+        assert its[1].agent.why == "" and its[1].agent.turns is None
+
+
+def test_cost_tokens_turns_attempts_and_blocked_stories_round_trip(db: Path) -> None:
+    def _t(minutes: int) -> dt.datetime:
+        return T0 + dt.timedelta(minutes=minutes)
+
+    with History.open(db) as h:
+        _begin(h)
+        agent = AgentRun(("claude", "-p"), "api-error", 1, 3.0, Path("agent.log"), "tail",
+                         detail="result is_error: API Error: 500", cost_usd=0.25,
+                         input_tokens=300, output_tokens=60, turns=3)
+        h.record_iteration(RUN, 0, story="", started=_t(0), finished=_t(1),
+                           results=CheckResults(()), agent=None, fingerprint="f", streak=0,
+                           error_streak=0)
+        limited = AgentRun(("claude",), "rate-limited", 1, 1.0, Path("a.log"), "",
+                           detail="HTTP 429", cost_usd=float("nan"))
+        h.record_attempt(RUN, 1, started=_t(2), agent=limited, pause=30.0)
+        h.record_iteration(RUN, 1, story="US-002", started=_t(2), finished=_t(3),
+                           results=CheckResults(()), agent=agent, fingerprint="f", streak=1,
+                           error_streak=1, blocked={"US-002": "same failure 3 times"})
+        it = h.iteration(RUN, 1)
+        assert it is not None and it.agent is not None
+        assert it.blocked == {"US-002": "same failure 3 times"}
+        assert it.agent.to_agent_run() == agent
+        [attempt] = h.attempts(RUN)
+        assert (attempt.n, attempt.pause, attempt.agent.outcome) == (1, 30.0, "rate-limited")
+        assert attempt.agent.cost_usd is None  # NaN is not stored
+        with pytest.raises(ValueError, match="unknown agent outcome"):
+            h.record_attempt(RUN, 1, started=_t(2), pause=0,
+                             agent=AgentRun(("x",), "weird", 0, 0, Path("l"), ""))
 
 
 def test_plain_tables_when_sqlite_is_older_than_3_37(db: Path,

@@ -4,32 +4,37 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from pytest_ralph.testing import AgentCall, AgentFactory, Patch, ScriptedAgent
+
 from .conftest import PY, story
 
-# An agent that reads the prompt on stdin and fixes only the first failing criterion it names:
-# for a check `test -f NAME` it creates NAME. It converges only if the prompt carries failures.
-FIRST_FAILURE_AGENT = r"""
-import pathlib, re, sys
-prompt = sys.stdin.read()
-with open("agent-runs.txt", "a") as f:
-    f.write("run\n")
-section = prompt.split("## Failing acceptance criteria", 1)[-1].split("\n## ", 1)[0]
-m = re.search(r"check: run `test -f (\S+)`", section)
-if m:
-    pathlib.Path(m.group(1)).write_text("fixed\n")
-    print("agent: created", m.group(1))
-else:
-    print("agent: nothing to fix")
-"""
+
+def first_failure(call: AgentCall) -> Patch:
+    """Fix only the first failing criterion the prompt names: for a check `test -f NAME`,
+    create NAME. An agent made of this step converges only if the prompt carries failures."""
+    section = call.prompt.split("## Failing acceptance criteria", 1)[-1].split("\n## ", 1)[0]
+    m = re.search(r"check: run `test -f (\S+)`", section)
+    if m:
+        return Patch(files={m.group(1): "fixed\n"}, stdout=f"agent: created {m.group(1)}\n")
+    return Patch(stdout="agent: nothing to fix\n")
+
+
+@pytest.fixture
+def fixer(ralph_agent: AgentFactory) -> ScriptedAgent:
+    """A scripted agent that runs :func:`first_failure` on each of its first 10 runs."""
+    return ralph_agent(*[first_failure] * 10)
+
 
 COUNTING_NOOP_AGENT = """
 with open("agent-runs.txt", "a") as f:
@@ -65,15 +70,14 @@ def three_files_prd(write_prd: Callable[..., Path]) -> Path:
 
 
 def test_converges_one_fix_per_iteration(pytester: pytest.Pytester, three_files_prd: Path,
-                                         agent: Callable[[str, str], str]) -> None:
-    cmd = agent("agent.py", FIRST_FAILURE_AGENT)
-    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd)
+                                         fixer: ScriptedAgent) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", fixer.command)
     assert result.ret == 0, result.stdout.str()
     out = result.stdout.str()
     # Priority 1 story first: c.txt, then a.txt, then b.txt.
     assert [p.name for p in sorted(pytester.path.glob("?.txt"), key=os.path.getmtime)] == [
         "c.txt", "a.txt", "b.txt"]
-    assert agent_runs(pytester) == 3
+    assert len(fixer.calls) == 3
     result.stdout.fnmatch_lines([
         "[[]ralph baseline[]]", "  0/3 criteria passing*",
         "[[]ralph iteration 1/5[]]",
@@ -118,19 +122,18 @@ def test_breaker_trips_after_exactly_three_agent_runs(
 
 def test_breaker_counts_with_a_counting_agent(pytester: pytest.Pytester,
                                               write_prd: Callable[..., Path],
-                                              agent: Callable[[str, str], str]) -> None:
+                                              ralph_agent: AgentFactory) -> None:
     write_prd(story("US-001", *files_criteria("never.txt")))
-    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
-                                           agent("noop.py", COUNTING_NOOP_AGENT),
+    noop = ralph_agent()  # no steps: every run does nothing, and is counted
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", noop.command,
                                            "--ralph-breaker", "2")
     assert result.ret == 6
-    assert agent_runs(pytester) == 2
+    assert len(noop.calls) == 2
 
 
 def test_success_on_the_last_allowed_iteration(pytester: pytest.Pytester, three_files_prd: Path,
-                                               agent: Callable[[str, str], str]) -> None:
-    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
-                                           agent("agent.py", FIRST_FAILURE_AGENT),
+                                               fixer: ScriptedAgent) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", fixer.command,
                                            "--ralph-max-iterations", "3")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["[[]ralph iteration 3/3[]]", "*", "*",
@@ -138,12 +141,11 @@ def test_success_on_the_last_allowed_iteration(pytester: pytest.Pytester, three_
 
 
 def test_limit_exit_1(pytester: pytest.Pytester, three_files_prd: Path,
-                      agent: Callable[[str, str], str]) -> None:
-    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
-                                           agent("agent.py", FIRST_FAILURE_AGENT),
+                      fixer: ScriptedAgent) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", fixer.command,
                                            "--ralph-max-iterations", "2")
     assert result.ret == 1
-    assert agent_runs(pytester) == 2
+    assert len(fixer.calls) == 2
     result.stdout.fnmatch_lines(["*stopped at the iteration limit (2) with 1 criterion still "
                                  "failing*"])
     assert "- Outcome: **limit**" in report_text(pytester)
@@ -151,13 +153,13 @@ def test_limit_exit_1(pytester: pytest.Pytester, three_files_prd: Path,
 
 def test_baseline_complete_runs_no_agent(pytester: pytest.Pytester,
                                          write_prd: Callable[..., Path],
-                                         agent: Callable[[str, str], str]) -> None:
+                                         ralph_agent: AgentFactory) -> None:
     (pytester.path / "a.txt").write_text("x")
     write_prd(story("US-001", *files_criteria("a.txt")))
-    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
-                                           agent("noop.py", COUNTING_NOOP_AGENT))
+    noop = ralph_agent()
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", noop.command)
     assert result.ret == 0
-    assert agent_runs(pytester) == 0
+    assert len(noop.calls) == 0
     result.stdout.fnmatch_lines(["pytest-ralph: complete (exit 0) after 0 iterations: every "
                                  "criterion passed at the baseline check*"])
 
@@ -206,9 +208,8 @@ def test_story_filter_matching_nothing_is_exit_5(pytester: pytest.Pytester,
 
 
 def test_story_filter_limits_the_loop(pytester: pytest.Pytester, three_files_prd: Path,
-                                      agent: Callable[[str, str], str]) -> None:
-    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
-                                           agent("agent.py", FIRST_FAILURE_AGENT),
+                                      fixer: ScriptedAgent) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", fixer.command,
                                            "--ralph-story", "US-001")
     assert result.ret == 0, result.stdout.str()
     assert not (pytester.path / "c.txt").exists()
@@ -271,10 +272,10 @@ def test_hanging_agent_and_its_grandchild_are_killed_at_the_timeout(
 
 
 def test_agent_error_streak_is_exit_7(pytester: pytest.Pytester, write_prd: Callable[..., Path],
-                                      agent: Callable[[str, str], str]) -> None:
+                                      ralph_agent: AgentFactory) -> None:
     write_prd(story("US-001", *files_criteria("never.txt")))
     result = pytester.runpytest_subprocess(
-        "--ralph", "--ralph-agent", agent("crash.py", "raise SystemExit(3)"))
+        "--ralph", "--ralph-agent", ralph_agent(*[{"exit": 3}] * 3).command)
     assert result.ret == 7, result.stdout.str()
     result.stdout.fnmatch_lines([
         "*identical-failure streak 0/3 (unchanged: the agent did not run properly); "
@@ -283,28 +284,28 @@ def test_agent_error_streak_is_exit_7(pytester: pytest.Pytester, write_prd: Call
         "pytest-ralph: agent-error (exit 7)*"])
 
 
-PROMPT_ECHO_AGENT = """
-import json, os, sys
-stdin = sys.stdin.read()
-with open(sys.argv[1], encoding="utf-8") as f:
-    from_file = f.read()
-with open("seen.json", "w") as f:
-    json.dump({"same": stdin == from_file, "prompt": stdin,
-               "controller": os.environ.get("PYTEST_RALPH_CONTROLLER"),
-               "cwd": os.getcwd()}, f)
-"""
+def echo_agent(ralph_agent: AgentFactory) -> tuple[str, dict[str, Any]]:
+    """An agent command (with ``{prompt_file}``) and the dict its first run fills in: what
+    it saw on stdin and in the prompt file."""
+    seen: dict[str, Any] = {}
+
+    def echo(call: AgentCall) -> None:
+        from_file = Path(call.args[0]).read_text(encoding="utf-8")
+        seen.update(same=call.prompt == from_file, prompt=call.prompt,
+                    controller=call.env.get("PYTEST_RALPH_CONTROLLER"), cwd=str(call.cwd))
+
+    return ralph_agent(echo).command + " {prompt_file}", seen
 
 
 def test_prompt_on_stdin_and_in_prompt_file(pytester: pytest.Pytester,
                                             write_prd: Callable[..., Path],
-                                            agent: Callable[[str, str], str]) -> None:
+                                            ralph_agent: AgentFactory) -> None:
     write_prd(story("US-001", *files_criteria("never.txt"), title="Make the file"),
               story("US-002", "Docs are written", priority=5))
-    cmd = agent("echo.py", PROMPT_ECHO_AGENT) + " {prompt_file}"
+    cmd, seen = echo_agent(ralph_agent)
     result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd,
                                            "--ralph-max-iterations", "1")
     assert result.ret == 1
-    seen = json.loads((pytester.path / "seen.json").read_text())
     assert seen["same"] is True
     assert seen["controller"] == "1"
     assert Path(seen["cwd"]) == pytester.path
@@ -317,15 +318,15 @@ def test_prompt_on_stdin_and_in_prompt_file(pytester: pytest.Pytester,
 
 
 def test_prompt_template_from_ini(pytester: pytest.Pytester, write_prd: Callable[..., Path],
-                                  agent: Callable[[str, str], str]) -> None:
+                                  ralph_agent: AgentFactory) -> None:
     write_prd(story("US-001", *files_criteria("never.txt")))
     (pytester.path / "my-prompt.md").write_text("CUSTOM $story_id :: $failing")
     pytester.makeini("[pytest]\nralph_prompt = my-prompt.md\n")
-    cmd = agent("echo.py", PROMPT_ECHO_AGENT) + " {prompt_file}"
+    cmd, seen = echo_agent(ralph_agent)
     result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd,
                                            "--ralph-max-iterations", "1")
     assert result.ret == 1
-    prompt = json.loads((pytester.path / "seen.json").read_text())["prompt"]
+    prompt = seen["prompt"]
     assert prompt.startswith("CUSTOM US-001 :: - [US-001::AC1] never.txt exists")
 
 
@@ -347,14 +348,14 @@ def test_dry_run_prints_prompt_and_argv_and_runs_nothing(
     ("2", None, None, "2"), ("2", "3", None, "3"), ("2", "3", "4", "4"), (None, None, None, "5")])
 def test_settings_precedence_cli_env_ini_default(
         pytester: pytest.Pytester, write_prd: Callable[..., Path],
-        agent: Callable[[str, str], str], monkeypatch: pytest.MonkeyPatch, ini: str | None,
+        ralph_agent: AgentFactory, monkeypatch: pytest.MonkeyPatch, ini: str | None,
         env: str | None, cli: str | None, expected: str) -> None:
     write_prd(story("US-001", *files_criteria("a.txt")))
     if ini:
         pytester.makeini(f"[pytest]\nralph_max_iterations = {ini}\n")
     if env:
         monkeypatch.setenv("PYTEST_RALPH_MAX_ITERATIONS", env)
-    args = ["--ralph", "--ralph-agent", agent("mk.py", "open('a.txt', 'w').close()")]
+    args = ["--ralph", "--ralph-agent", ralph_agent({"files": {"a.txt": ""}}).command]
     if cli:
         args += ["--ralph-max-iterations", cli]
     result = pytester.runpytest_subprocess(*args)
@@ -386,11 +387,9 @@ def test_bad_setting_names_its_source(pytester: pytest.Pytester,
 
 
 def test_state_folder_progress_and_iteration_folders(
-        pytester: pytest.Pytester, three_files_prd: Path,
-        agent: Callable[[str, str], str]) -> None:
+        pytester: pytest.Pytester, three_files_prd: Path, fixer: ScriptedAgent) -> None:
     pytester.makeini("[pytest]\nralph_dir = state/here\n")
-    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
-                                           agent("agent.py", FIRST_FAILURE_AGENT))
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", fixer.command)
     assert result.ret == 0
     state = pytester.path / "state" / "here"
     (run,) = (state / "runs").iterdir()
@@ -427,20 +426,18 @@ def test_write_back_corrects_a_false_claim(pytester: pytest.Pytester,
     assert data["userStories"][0]["acceptanceCriteria"] == files_criteria("a.txt")
 
 
-SLOW_AGENT = """
-import pathlib, time
-pathlib.Path("agent-started").write_text("1")
-time.sleep(120)
-"""
+# A step that says it started, then works for two minutes.
+SLOW_STEP = {"files": {"agent-started": "1"}, "sleep": 120}
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_ctrl_c_is_exit_2_and_writes_the_report(pytester: pytest.Pytester,
                                                 write_prd: Callable[..., Path],
-                                                agent: Callable[[str, str], str]) -> None:
+                                                ralph_agent: AgentFactory) -> None:
     write_prd(story("US-001", *files_criteria("never.txt")))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "--ralph", "--ralph-agent", agent("slow.py", SLOW_AGENT)],
+        [sys.executable, "-m", "pytest", "--ralph", "--ralph-agent",
+         ralph_agent(SLOW_STEP).command],
         cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     wait_for(pytester.path / "agent-started")
     proc.send_signal(signal.SIGINT)
@@ -452,10 +449,10 @@ def test_ctrl_c_is_exit_2_and_writes_the_report(pytester: pytest.Pytester,
 
 def test_prd_given_as_the_only_path_argument(pytester: pytest.Pytester,
                                              write_prd: Callable[..., Path],
-                                             agent: Callable[[str, str], str]) -> None:
+                                             fixer: ScriptedAgent) -> None:
     write_prd(story("US-001", *files_criteria("a.txt")), name="plans/sprint.yaml.json")
     result = pytester.runpytest_subprocess("--ralph", "plans/sprint.yaml.json", "--ralph-agent",
-                                           agent("agent.py", FIRST_FAILURE_AGENT))
+                                           fixer.command)
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["pytest-ralph: loop on */plans/sprint.yaml.json*"])
 
@@ -467,25 +464,14 @@ def test_other_path_arguments_are_a_usage_error(pytester: pytest.Pytester,
     result.stderr.fnmatch_lines(["*--ralph takes one PRD file as its only path argument*tests/*"])
 
 
-BREAK_THEN_FIX_AGENT = r"""
-import pathlib
-prd = pathlib.Path("prd.json")
-marker = pathlib.Path("broke-it")
-if not marker.exists():
-    marker.write_text(prd.read_text())
-    prd.write_text(prd.read_text().replace('"userStories"', '"userStories",', 1))
-else:
-    prd.write_text(marker.read_text())
-    pathlib.Path("a.txt").write_text("x")
-"""
-
-
 def test_agent_that_breaks_the_prd_gets_the_error_and_can_recover(
         pytester: pytest.Pytester, write_prd: Callable[..., Path],
-        agent: Callable[[str, str], str]) -> None:
-    write_prd(story("US-001", *files_criteria("a.txt")))
-    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
-                                           agent("agent.py", BREAK_THEN_FIX_AGENT))
+        ralph_agent: AgentFactory) -> None:
+    good = write_prd(story("US-001", *files_criteria("a.txt"))).read_text()
+    broken = good.replace('"userStories"', '"userStories",', 1)
+    agent = ralph_agent({"files": {"prd.json": broken}},  # run 1 breaks the PRD,
+                        {"files": {"prd.json": good, "a.txt": "x"}})  # run 2 restores, fixes
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", agent.command)
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines([
         "[[]ralph iteration 1/5[]]", "*", "*",
@@ -497,42 +483,41 @@ def test_agent_that_breaks_the_prd_gets_the_error_and_can_recover(
     assert "invalid JSON" in text
 
 
-@pytest.mark.parametrize(("body", "args", "code", "status"), [
-    # The agent exits non-zero on every run but fixes everything: complete wins (0).
-    ("open('a.txt', 'w').close(); raise SystemExit(1)", [], 0, "complete"),
+@pytest.mark.parametrize(("steps", "args", "code", "status"), [
+    # The agent exits non-zero on its run but fixes everything: complete wins (0).
+    ([{"files": {"a.txt": ""}, "exit": 1}], [], 0, "complete"),
     # Agent-error streak and limit on the same iteration: 7 wins over 1.
-    ("raise SystemExit(1)", ["--ralph-max-iterations", "3"], 7, "agent-error"),
+    ([{"exit": 1}] * 3, ["--ralph-max-iterations", "3"], 7, "agent-error"),
     # Breaker and limit on the same iteration: 6 wins over 1.
-    ("pass", ["--ralph-max-iterations", "3"], 6, "breaker"),
+    ([], ["--ralph-max-iterations", "3"], 6, "breaker"),
     # Neither streak reaches its limit: 1.
-    ("pass", ["--ralph-max-iterations", "2"], 1, "limit"),
-])
+    ([], ["--ralph-max-iterations", "2"], 1, "limit"),
+], ids=["complete", "agent-error", "breaker", "limit"])
 def test_stop_condition_precedence(pytester: pytest.Pytester, write_prd: Callable[..., Path],
-                                   agent: Callable[[str, str], str], body: str,
+                                   ralph_agent: AgentFactory, steps: list[dict[str, Any]],
                                    args: list[str], code: int, status: str) -> None:
     write_prd(story("US-001", *files_criteria("a.txt")))
-    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", agent("a.py", body), *args)
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
+                                           ralph_agent(*steps).command, *args)
     assert result.ret == code, result.stdout.str()
     assert run_json(pytester)["status"] == status
 
 
-DELETE_STORY_AGENT = r"""
-import json, pathlib
-p = pathlib.Path("prd.json")
-d = json.loads(p.read_text())
-d["userStories"] = [s for s in d["userStories"] if s["id"] != "US-002"]
-p.write_text(json.dumps(d))
-"""
+def without_story(prd: Path, sid: str) -> str:
+    """The text of ``prd`` with story ``sid`` deleted."""
+    data = json.loads(prd.read_text())
+    data["userStories"] = [s for s in data["userStories"] if s["id"] != sid]
+    return json.dumps(data)
 
 
 def test_a_criterion_that_disappears_fails_instead_of_shrinking_the_goal(
         pytester: pytest.Pytester, write_prd: Callable[..., Path],
-        agent: Callable[[str, str], str]) -> None:
+        ralph_agent: AgentFactory) -> None:
     (pytester.path / "a.txt").write_text("x")
-    write_prd(story("US-001", *files_criteria("a.txt")),
-              story("US-002", *files_criteria("never.txt")))
-    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
-                                           agent("del.py", DELETE_STORY_AGENT),
+    prd = write_prd(story("US-001", *files_criteria("a.txt")),
+                    story("US-002", *files_criteria("never.txt")))
+    agent = ralph_agent({"files": {"prd.json": without_story(prd, "US-002")}})
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", agent.command,
                                            "--ralph-max-iterations", "1")
     assert result.ret == 1, result.stdout.str()
     result.stdout.fnmatch_lines(["  Result: failure: 1 criterion failing (US-002::AC1)",
@@ -542,12 +527,12 @@ def test_a_criterion_that_disappears_fails_instead_of_shrinking_the_goal(
 
 
 def test_a_deleted_prd_is_a_failure(pytester: pytest.Pytester, write_prd: Callable[..., Path],
-                                    agent: Callable[[str, str], str]) -> None:
+                                    ralph_agent: AgentFactory) -> None:
     (pytester.path / "a.txt").write_text("x")
     write_prd(story("US-001", *files_criteria("a.txt")),
               story("US-002", *files_criteria("never.txt")))
     result = pytester.runpytest_subprocess(
-        "--ralph", "--ralph-agent", agent("rm.py", "import os; os.remove('prd.json')"),
+        "--ralph", "--ralph-agent", ralph_agent({"files": {"prd.json": None}}).command,
         "--ralph-max-iterations", "1")
     assert result.ret == 1
     result.stdout.fnmatch_lines([
@@ -570,9 +555,9 @@ def test_user_addopts_cannot_shrink_the_check(pytester: pytest.Pytester,
 
 
 def test_k_selects_criteria_for_the_loop(pytester: pytest.Pytester, three_files_prd: Path,
-                                         agent: Callable[[str, str], str]) -> None:
-    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
-                                           agent("agent.py", FIRST_FAILURE_AGENT), "-k", "US-002")
+                                         fixer: ScriptedAgent) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", fixer.command,
+                                           "-k", "US-002")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["  selected by -k 'US-002': 1 criterion"])
     assert (pytester.path / "c.txt").exists() and not (pytester.path / "a.txt").exists()
@@ -580,11 +565,12 @@ def test_k_selects_criteria_for_the_loop(pytester: pytest.Pytester, three_files_
 
 def test_k_that_deselects_everything_is_exit_5(pytester: pytest.Pytester,
                                                three_files_prd: Path,
-                                               agent: Callable[[str, str], str]) -> None:
-    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
-                                           agent("noop.py", COUNTING_NOOP_AGENT), "-k", "NOTHING")
+                                               ralph_agent: AgentFactory) -> None:
+    noop = ralph_agent()
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", noop.command,
+                                           "-k", "NOTHING")
     assert result.ret == 5
-    assert agent_runs(pytester) == 0
+    assert len(noop.calls) == 0
     result.stdout.fnmatch_lines(["*-k 'NOTHING' deselects every criterion*"])
 
 
@@ -599,9 +585,8 @@ def test_incompatible_options_are_usage_errors(pytester: pytest.Pytester,
 
 
 def test_junitxml_holds_the_last_check(pytester: pytest.Pytester, three_files_prd: Path,
-                                       agent: Callable[[str, str], str]) -> None:
-    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
-                                           agent("agent.py", FIRST_FAILURE_AGENT),
+                                       fixer: ScriptedAgent) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", fixer.command,
                                            "--junitxml", "out/junit.xml")
     assert result.ret == 0
     xml = (pytester.path / "out" / "junit.xml").read_text()
@@ -610,10 +595,11 @@ def test_junitxml_holds_the_last_check(pytester: pytest.Pytester, three_files_pr
 
 def test_a_second_loop_in_the_same_folder_is_refused(pytester: pytest.Pytester,
                                                      write_prd: Callable[..., Path],
-                                                     agent: Callable[[str, str], str]) -> None:
+                                                     ralph_agent: AgentFactory) -> None:
     write_prd(story("US-001", *files_criteria("never.txt")))
     first = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "--ralph", "--ralph-agent", agent("slow.py", SLOW_AGENT)],
+        [sys.executable, "-m", "pytest", "--ralph", "--ralph-agent",
+         ralph_agent(SLOW_STEP).command],
         cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         wait_for(pytester.path / "agent-started")
@@ -629,10 +615,9 @@ def test_a_second_loop_in_the_same_folder_is_refused(pytester: pytest.Pytester,
 
 def test_a_closed_stdout_does_not_stop_the_loop(pytester: pytest.Pytester,
                                                 three_files_prd: Path,
-                                                agent: Callable[[str, str], str]) -> None:
+                                                fixer: ScriptedAgent) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "--ralph", "--ralph-agent",
-         agent("agent.py", FIRST_FAILURE_AGENT)],
+        [sys.executable, "-m", "pytest", "--ralph", "--ralph-agent", fixer.command],
         cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         # Block-buffered stdout, as when piped into `head` by a user.
         env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"})
@@ -668,9 +653,8 @@ def test_ctrl_c_during_a_check_leaves_no_process(pytester: pytest.Pytester,
 
 def test_deselect_selects_criteria_for_the_loop(pytester: pytest.Pytester,
                                                 three_files_prd: Path,
-                                                agent: Callable[[str, str], str]) -> None:
-    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
-                                           agent("agent.py", FIRST_FAILURE_AGENT),
+                                                fixer: ScriptedAgent) -> None:
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", fixer.command,
                                            "--deselect", "prd.json::US-001")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["  selected by --deselect prd.json::US-001: 1 criterion"])
@@ -688,8 +672,7 @@ def test_k_that_checks_part_of_a_story_writes_no_verdict_for_it(
     assert json.loads(path.read_text())["userStories"][0]["passes"] is False
 
 
-def test_a_project_path_with_a_dollar_sign(pytester: pytest.Pytester,
-                                           agent: Callable[[str, str], str],
+def test_a_project_path_with_a_dollar_sign(pytester: pytest.Pytester, fixer: ScriptedAgent,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """pytest expands $VARS in --rootdir: the child must not be given the path."""
     monkeypatch.setenv("RALPH_TEST_VAR", "elsewhere")
@@ -698,30 +681,17 @@ def test_a_project_path_with_a_dollar_sign(pytester: pytest.Pytester,
     (project / "prd.json").write_text(json.dumps({"userStories": [
         {"id": "US-001", "title": "t", "acceptanceCriteria": files_criteria("a.txt")}]}))
     monkeypatch.chdir(project)
-    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
-                                           agent("agent.py", FIRST_FAILURE_AGENT))
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", fixer.command)
     assert result.ret == 0, result.stdout.str()
     assert (project / "a.txt").exists()
 
 
-FLIP_FLOP_AGENT = r"""
-import pathlib
-count = pathlib.Path("runs.txt")
-n = len(count.read_text().splitlines()) if count.exists() else 0
-count.write_text("run\n" * (n + 1))
-if n == 0:
-    pathlib.Path("a.txt").write_text("x")
-else:
-    pathlib.Path("a.txt").unlink()
-"""
-
-
 def test_a_criterion_that_passed_and_fails_again_is_a_regression(
         pytester: pytest.Pytester, write_prd: Callable[..., Path],
-        agent: Callable[[str, str], str]) -> None:
+        ralph_agent: AgentFactory) -> None:
     write_prd(story("US-001", *files_criteria("a.txt", "never.txt")))
-    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
-                                           agent("flip.py", FLIP_FLOP_AGENT),
+    flip_flop = ralph_agent({"files": {"a.txt": "x"}}, {"files": {"a.txt": None}})
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", flip_flop.command,
                                            "--ralph-max-iterations", "2")
     assert result.ret == 1
     result.stdout.fnmatch_lines(["[[]ralph iteration 2/2[]]", "*", "*", "*", "*",

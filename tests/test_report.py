@@ -90,7 +90,8 @@ def _run(tmp_path: Path, status: str = "breaker", exit_code: int | None = 6,
 def test_header(tmp_path: Path) -> None:
     text = render_report(_run(tmp_path))
     assert text.startswith("# Ralph report: Acme\n")
-    assert "- Outcome: **breaker** (exit 6: circuit breaker tripped)" in text
+    assert "- Outcome: **breaker** (exit 6: circuit breaker tripped, or every remaining story " \
+           "blocked)" in text
     assert "- Stop reason: circuit breaker: the same failure in 3 iterations in a row" in text
     assert f"- PRD: `{tmp_path / 'prd.json'}` (json)" in text
     assert "- Agent: `claude -p '{prompt_file}'`" in text

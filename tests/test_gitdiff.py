@@ -1,0 +1,278 @@
+"""Tests of pytest_ralph.gitdiff: working-tree snapshots and their diff stats, on real git
+repositories in tmp_path."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_ralph import gitdiff
+from pytest_ralph.gitdiff import diff_stat, tree_snapshot
+from pytest_ralph.state import StateDir
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+TREE_ID = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
+
+
+def git(root: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@example.com", GIT_CONFIG_NOSYSTEM="1", HOME=str(root),
+               GIT_OPTIONAL_LOCKS="0")  # our own `git status` must not write the index
+    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, env=env,
+                          check=True)
+    return done.stdout.decode()
+
+
+def state(root: Path) -> tuple[str, ...]:
+    """Everything the user sees of the repository: status, staged diff, HEAD, refs, stash."""
+    return (git(root, "status", "--porcelain", "--untracked-files=all"),
+            git(root, "diff", "--cached", "--stat"),
+            git(root, "diff", "--cached"),
+            git(root, "ls-files", "--stage"),
+            git(root, "for-each-ref"),
+            (root / ".git" / "HEAD").read_text(),
+            git(root, "stash", "list"))
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q")
+    (root / "app.py").write_text("print('hello')\n" * 3)
+    (root / "lib").mkdir()
+    (root / "lib" / "util.py").write_text("X = 1\n")
+    (root / ".gitignore").write_text("*.log\nbuild/\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "init")
+    return root
+
+
+def test_snapshot_is_a_tree_id_and_stable(repo: Path) -> None:
+    a = tree_snapshot(repo)
+    assert a is not None and TREE_ID.fullmatch(a)
+    assert tree_snapshot(repo) == a
+    assert a == git(repo, "rev-parse", "HEAD^{tree}").strip()  # clean tree: HEAD's tree
+    assert diff_stat(repo, a, a) == ""
+
+
+def test_modified_added_untracked_and_deleted_files(repo: Path) -> None:
+    before = tree_snapshot(repo)
+    (repo / "app.py").write_text("print('bye')\n")
+    (repo / "new.py").write_text("a = 1\nb = 2\n")
+    (repo / "lib" / "util.py").unlink()
+    after = tree_snapshot(repo)
+    assert after is not None and after != before
+    stat = diff_stat(repo, before, after)
+    assert re.search(r"^ app\.py +\| +4 \+---$", stat, re.M), stat
+    assert re.search(r"^ new\.py +\| +2 \+\+$", stat, re.M), stat
+    assert re.search(r"^ lib/util\.py +\| +1 -$", stat, re.M), stat
+    assert stat.splitlines()[-1] == " 3 files changed, 3 insertions(+), 4 deletions(-)"
+    assert not stat.endswith("\n")
+
+
+def test_binary_file(repo: Path) -> None:
+    before = tree_snapshot(repo)
+    (repo / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00" + bytes(range(256)))
+    stat = diff_stat(repo, before, tree_snapshot(repo))
+    assert re.search(r"^ logo\.png +\| +Bin 0 -> 266 bytes$", stat, re.M), stat
+    assert stat.splitlines()[-1] == " 1 file changed, 0 insertions(+), 0 deletions(-)"
+
+
+def test_ignored_files_and_the_state_folder_do_not_show(repo: Path) -> None:
+    before = tree_snapshot(repo)
+    (repo / "debug.log").write_text("noise\n")
+    (repo / "build").mkdir()
+    (repo / "build" / "out.o").write_bytes(b"\0" * 10)
+    state_dir = StateDir(repo / ".pytest_ralph")
+    state_dir.ensure()
+    state_dir.append_progress("iteration 1: tried things")
+    (state_dir.root / "runs").mkdir()
+    (state_dir.root / "runs" / "prompt.md").write_text("prompt\n")
+    assert tree_snapshot(repo) == before
+    (repo / "real.py").write_text("x\n")
+    stat = diff_stat(repo, before, tree_snapshot(repo))
+    assert "real.py" in stat
+    assert ".pytest_ralph" not in stat and "debug.log" not in stat and "build" not in stat
+
+
+def test_the_users_index_head_stash_and_files_are_untouched(repo: Path) -> None:
+    # A staged change, an unstaged change on top of it, an untracked file, a stash entry.
+    (repo / "stashed.py").write_text("s\n")
+    git(repo, "add", "stashed.py")
+    git(repo, "stash", "-q")
+    (repo / "app.py").write_text("staged\n")
+    git(repo, "add", "app.py")
+    (repo / "app.py").write_text("staged\nthen edited\n")
+    (repo / "lib" / "util.py").write_text("X = 2\n")
+    (repo / "untracked.txt").write_text("u\n")
+    index = repo / ".git" / "index"
+    seen = state(repo)
+    index_bytes, index_mtime = index.read_bytes(), index.stat().st_mtime_ns
+    files = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file() and ".git" not in p.parts}
+    snap = tree_snapshot(repo)
+    assert snap is not None
+    assert index.read_bytes() == index_bytes and index.stat().st_mtime_ns == index_mtime
+    assert state(repo) == seen
+    assert not (repo / ".git" / "index.lock").exists()
+    assert {p: p.read_bytes() for p in files} == files
+    # The snapshot holds the working tree, not the staged version.
+    assert git(repo, "show", f"{snap}:app.py") == "staged\nthen edited\n"
+    assert git(repo, "show", f"{snap}:untracked.txt") == "u\n"
+    stat = diff_stat(repo, git(repo, "rev-parse", "HEAD^{tree}").strip(), snap)
+    assert "app.py" in stat and "lib/util.py" in stat and "untracked.txt" in stat
+    assert "stashed.py" not in stat
+    assert state(repo) == seen
+
+
+def test_a_loop_started_from_a_git_hook_ignores_git_dir_and_index_variables(
+        repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    git(other, "init", "-q")
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(other))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(other / ".git" / "index"))
+    before = tree_snapshot(repo)
+    (repo / "x.py").write_text("x\n")
+    assert "x.py" in diff_stat(repo, before, tree_snapshot(repo))
+    assert not (other / ".git" / "index").exists()
+
+
+def test_not_a_repository(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("a\n")
+    assert tree_snapshot(tmp_path) is None
+    assert tree_snapshot(tmp_path / "missing") is None
+    assert diff_stat(tmp_path, None, None) == ""
+    assert diff_stat(tmp_path, "a" * 40, "b" * 40) == ""  # git fails: ""
+
+
+def test_inside_the_git_folder_is_not_a_work_tree(repo: Path) -> None:
+    assert tree_snapshot(repo / ".git") is None
+
+
+def test_git_missing(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(repo / "no-bin-here"))
+    assert tree_snapshot(repo) is None
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a shell script stands in for git")
+def test_a_git_that_hangs_is_killed(repo: Path, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "git"
+    fake.write_text("#!/bin/sh\nsleep 60 &\nsleep 60\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(gitdiff, "GIT_TIMEOUT", 0.5)
+    start = time.monotonic()
+    assert tree_snapshot(repo) is None
+    assert diff_stat(repo, "a" * 40, "b" * 40) == ""
+    assert time.monotonic() - start < 10
+
+
+def test_repository_without_commits(tmp_path: Path) -> None:
+    root = tmp_path / "fresh"
+    root.mkdir()
+    git(root, "init", "-q")
+    empty = tree_snapshot(root)
+    assert empty is not None and TREE_ID.fullmatch(empty)
+    (root / "first.py").write_text("1\n2\n")
+    seen = git(root, "status", "--porcelain")
+    after = tree_snapshot(root)
+    assert git(root, "status", "--porcelain") == seen
+    assert not (root / ".git" / "index").exists()  # no index made for the user
+    stat = diff_stat(root, empty, after)
+    assert re.search(r"^ first\.py +\| +2 \+\+$", stat, re.M), stat
+
+
+def test_project_in_a_subfolder_of_the_repository(repo: Path) -> None:
+    project = repo / "lib"
+    before = tree_snapshot(project)
+    (repo / "app.py").write_text("outside the project\n")
+    (project / "inner.py").write_text("inside\n")
+    stat = diff_stat(project, before, tree_snapshot(project))
+    assert re.search(r"^ inner\.py +\| +1 \+$", stat, re.M), stat  # relative to the project
+    assert "app.py" not in stat
+
+
+def test_many_files_are_cut_with_a_count(repo: Path) -> None:
+    before = tree_snapshot(repo)
+    many = repo / "many"
+    many.mkdir()
+    for i in range(1000):
+        (many / f"file_{i:04d}.txt").write_text(f"{i}\n")
+    after = tree_snapshot(repo)
+    stat = diff_stat(repo, before, after)
+    assert len(stat) <= 2000
+    lines = stat.splitlines()
+    assert lines[-1] == " 1000 files changed, 1000 insertions(+)"
+    more = re.fullmatch(r" \.\.\. (\d+) more files", lines[-2])
+    assert more, lines[-2]
+    assert len(lines) - 2 + int(more.group(1)) == 1000
+    assert lines[0].startswith(" many/file_0000.txt")
+    short = diff_stat(repo, before, after, max_chars=300)
+    assert len(short) <= 300
+    assert short.splitlines()[-1] == lines[-1]
+
+
+def test_max_chars_too_small_for_any_file_line(repo: Path) -> None:
+    before = tree_snapshot(repo)
+    (repo / "a.py").write_text("a\n")
+    stat = diff_stat(repo, before, tree_snapshot(repo), max_chars=10)
+    assert stat == " ... 1 more file\n 1 file changed, 1 insertion(+)"
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
+                    reason="root reads unreadable files")
+def test_an_unreadable_file_is_left_out(repo: Path) -> None:
+    secret = repo / "secret.txt"
+    secret.write_text("s\n")
+    secret.chmod(0)
+    try:
+        before = tree_snapshot(repo)
+        assert before is not None
+        (repo / "b.py").write_text("b\n")
+        assert "b.py" in diff_stat(repo, before, tree_snapshot(repo))
+    finally:
+        secret.chmod(0o600)
+
+
+def test_tracked_files_that_match_gitignore_still_count(repo: Path) -> None:
+    (repo / "keep.log").write_text("tracked on purpose\n")
+    git(repo, "add", "-f", "keep.log")
+    git(repo, "commit", "-q", "-m", "log")
+    before = tree_snapshot(repo)
+    (repo / "keep.log").write_text("changed\n")
+    assert re.search(r"^ keep\.log +\| +2 \+-$", diff_stat(repo, before, tree_snapshot(repo)),
+                     re.M)
+
+
+def test_non_ascii_and_spaced_file_names_are_shown_as_they_are(repo: Path) -> None:
+    before = tree_snapshot(repo)
+    (repo / "données client.csv").write_text("a\n")
+    stat = diff_stat(repo, before, tree_snapshot(repo))
+    assert re.search(r"^ données client\.csv +\| +1 \+$", stat, re.M), stat
+
+
+def test_output_past_the_read_limit_keeps_its_summary(repo: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    before = tree_snapshot(repo)
+    for i in range(100):
+        (repo / f"f{i:03d}.txt").write_text("x\n")
+    after = tree_snapshot(repo)
+    monkeypatch.setattr(gitdiff, "GIT_OUTPUT_BYTES", 700)
+    lines = diff_stat(repo, before, after).splitlines()
+    assert lines[-1] == " 100 files changed, 100 insertions(+)"
+    more = re.fullmatch(r" \.\.\. (\d+) more files", lines[-2])
+    assert more and len(lines) - 2 + int(more.group(1)) == 100
+    assert all(re.fullmatch(r" f\d{3}\.txt +\| +1 \+", line) for line in lines[:-2])
