@@ -196,11 +196,22 @@ def _render(history: History, run: StoredRun, lock: _Lock, now: _dt.datetime) ->
                          + (f", +{len(failing) - 10} more" if len(failing) > 10 else ""))
         lines.append(f"  identical-failure streak {last.streak}/{breaker}; agent-error streak "
                      f"{last.error_streak}/{errors_max}")
+        for story, why in last.blocked.items():
+            lines.append(f"  blocked: {story}: {why}")
+    attempts = history.attempts(run.id)
+    costs = [it.agent.cost_usd for it in iterations if it.agent is not None]
+    costs += [a.agent.cost_usd for a in attempts]
+    if any(c is not None for c in costs):
+        lines.append(f"  agent cost: ${sum(c for c in costs if c is not None):.4f}")
+    if attempts:
+        lines.append(f"  rate limited: {len(attempts)} agent run(s), "
+                     f"{_duration(sum(a.pause for a in attempts))} paused (not iterations)")
     agent = next((it for it in reversed(iterations) if it.agent is not None), None)
     if agent is not None and agent.agent is not None:
         a = agent.agent
         code = "no exit status" if a.exit_code is None else f"exit {a.exit_code}"
-        lines.append(f"  last agent run: iteration {agent.n}, {a.outcome} ({code}) in "
+        why = f": {a.why}" if a.why else ""
+        lines.append(f"  last agent run: iteration {agent.n}, {a.outcome}{why} ({code}) in "
                      f"{a.duration:.1f} s; log {a.log_path}")
     else:
         lines.append("  last agent run: none yet")

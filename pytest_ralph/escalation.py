@@ -132,12 +132,25 @@ def state_dump(*, event: str, run_id: str, prd: Path, rootdir: Path, reason: str
                       "text", "why", "repeated"}], "tried": [{"iteration", "agent",
                       "outcome", "passing", "total"}], "last_diff": "<git diff --stat>"}]}
 
-    Every string is passed through ``redact`` (secret values of the environment).
+    Every string value is passed through ``redact`` (secret values of the environment)
+    before it is encoded, so that a secret JSON would escape (a ``"``, a ``\\``, a tab) is
+    still found, and a replacement cannot break the JSON; keys are the fixed names above.
     """
     payload = {"version": 1, "event": event, "run": run_id, "prd": str(prd),
                "rootdir": str(rootdir), "reason": reason,
                "report": None if report is None else str(report), "stories": list(stories)}
-    return redact(json.dumps(payload, ensure_ascii=False, indent=1))
+    return json.dumps(_redact_strings(payload, redact), ensure_ascii=False, indent=1)
+
+
+def _redact_strings(value: Any, redact: Callable[[str], str]) -> Any:
+    """``value`` with ``redact`` applied to every string in it (mappings, lists, tuples)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {k: _redact_strings(v, redact) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact_strings(v, redact) for v in value]
+    return value
 
 
 @dataclass(frozen=True)
@@ -172,10 +185,12 @@ def run_escalate(command: str, dump: str, *, cwd: Path, log_path: Path,
     """
     run_env = dict(os.environ)
     run_env.update(env or {})
+    # "replace": a lone surrogate (a non-UTF-8 path, say) must not make this raise.
+    data = dump.encode("utf-8", "replace")
     try:
         with log_path.open("wb") as log:
             finished = run_in_group(command, cwd=cwd, output=log, timeout=timeout,
-                                    input=dump.encode("utf-8"), env=run_env, shell=True)
+                                    input=data, env=run_env, shell=True)
     except OSError as exc:
         return EscalateResult(False, f"escalation command `{command}` could not start: {exc}",
                               log_path)

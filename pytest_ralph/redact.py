@@ -54,7 +54,9 @@ class Redactor:
         #: value -> variable name, as given.
         self.secrets: dict[str, str] = dict(secrets)
         self._text = re.compile("|".join(re.escape(v) for v in ordered)) if ordered else None
-        encoded = {v.encode("utf-8"): n for v, n in secrets.items()}
+        # surrogateescape: a value os.environ decoded from non-UTF-8 bytes is matched as
+        # those bytes (plain UTF-8 would raise UnicodeEncodeError).
+        encoded = {v.encode("utf-8", "surrogateescape"): n for v, n in secrets.items()}
         self._bnames = encoded
         self._bytes = re.compile(b"|".join(re.escape(v) for v in sorted(
             encoded, key=len, reverse=True))) if encoded else None

@@ -165,6 +165,10 @@ def test_a_rate_limit_pauses_until_the_stated_reset_without_spending_an_iteratio
     report = project.report()
     assert "## Rate-limited agent runs" in report
     assert "- Rate limits: 1 agent run(s) rate-limited" in report
+    status = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                             "--ralph-status"], cwd=project.root, env=project.env, text=True,
+                            capture_output=True, timeout=60)
+    assert "  rate limited: 1 agent run(s)" in status.stdout, status.stdout
 
 
 def test_a_rate_limit_with_no_reset_uses_the_backoff_capped_by_max_pause(
@@ -201,6 +205,7 @@ def test_a_crash_every_other_run_does_not_stop_the_loop(tmp_path: Path) -> None:
     assert p.db("SELECT n, outcome FROM agent_runs ORDER BY n") == [
         (1, "crash"), (2, "ok"), (3, "crash"), (4, "ok")]
     assert "killed by signal 9" in result.stdout
+    assert "| 1 | US-001 | exit -9 | crash |" in p.report()
 
 
 def test_a_timed_out_run_still_gets_its_criteria_checked(project: Project) -> None:
@@ -211,6 +216,7 @@ def test_a_timed_out_run_still_gets_its_criteria_checked(project: Project) -> No
     assert result.returncode == 0, result.stdout + result.stderr
     assert project.db("SELECT n, outcome FROM agent_runs") == [(1, "timeout")]
     assert "timed out (process group killed)" in result.stdout
+    assert "| 1 | US-001 | - | timeout |" in project.report()
 
 
 def test_a_2_mb_prompt_travels_on_stdin_and_in_the_file_never_in_argv(project: Project) -> None:
@@ -268,6 +274,11 @@ def test_three_stories_where_story_2_never_passes(tmp_path: Path) -> None:
     assert events[0]["stories"][0]["id"] == "US-002"
     assert events[0]["stories"][0]["failing"][0]["criterion"] == "US-002::AC1"
     assert [t["iteration"] for t in events[0]["stories"][0]["tried"]] == [2, 3, 4]
+    status = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                             "--ralph-status"], cwd=p.root, env=p.env, text=True,
+                            capture_output=True, timeout=60)
+    assert "  blocked: US-002: the same failure" in status.stdout, status.stdout
+    assert "  agent cost: $0.0500" in status.stdout
 
 
 def test_story_max_iterations_blocks_a_story_early(tmp_path: Path) -> None:
