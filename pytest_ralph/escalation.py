@@ -127,7 +127,8 @@ def state_dump(*, event: str, run_id: str, prd: Path, rootdir: Path, reason: str
 
         {"version": 1, "event": "story-blocked" | "breaker" | "all-blocked",
          "run": "<run id>", "prd": "<path>", "rootdir": "<path>", "reason": "<one line>",
-         "report": "<path of the report>" | null,
+         "report": "<path of the report>" | null,   # set when the run ended (all-blocked,
+                                                     # breaker): the report is written first
          "stories": [{"id", "title", "blocked": "<why>" | "", "failing": [{"criterion",
                       "text", "why", "repeated"}], "tried": [{"iteration", "agent",
                       "outcome", "passing", "total"}], "last_diff": "<git diff --stat>"}]}

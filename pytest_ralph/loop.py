@@ -164,6 +164,8 @@ class RunRecord:
         attempts: agent runs that did not spend an iteration (rate limits): (iteration,
             run, seconds paused after it).
         escalations: one line per escalation command run.
+        pending_escalation: the escalation (event, story ids) to run once the report of an
+            ending run is written.
     """
 
     prd: PRD
@@ -182,6 +184,7 @@ class RunRecord:
     warnings: list[str] = field(default_factory=list)
     attempts: list[tuple[int, AgentRun, float]] = field(default_factory=list)
     escalations: list[str] = field(default_factory=list)
+    pending_escalation: tuple[str, list[str]] | None = None
 
     @property
     def last(self) -> IterationRecord:
@@ -619,7 +622,7 @@ class Loop:
             prompt = self._redactor.text(build_prompt(template, PromptContext(
                 prd, prev, n, s.max_iterations, self.rootdir,
                 state.read_progress_tail(PROGRESS_CHARS),
-                repeats=same_failure_counts([it.results for it in run.iterations]),
+                repeats=_repeats(run),
                 regressions=run.last.regressions, blocked=held,
                 last_change=run.last.diff or (NO_CHANGE if self._git and run.last.agent
                                               is not None else ""))))
@@ -691,20 +694,18 @@ class Loop:
                     why_blocked = (f"circuit breaker: the same failure (fingerprint {fp}) in "
                                    f"{plural(streak, 'iteration')} in a row ({span}); "
                                    + why_blocked)
-                code = self._stop(run, "breaker", EXIT_BREAKER,
+                run.pending_escalation = ("all-blocked", sorted(failing_stories))
+                return self._stop(run, "breaker", EXIT_BREAKER,
                                   why_blocked + self._tampered(run))
-                self._escalate(run, "all-blocked", sorted(failing_stories))
-                return code
             if newly:
                 self._escalate(run, "story-blocked", newly)
             elif streak >= s.breaker:
                 span = f"iteration {n}" if streak == 1 else f"iterations {n - streak + 1}-{n}"
-                code = self._stop(run, "breaker", EXIT_BREAKER,
+                run.pending_escalation = ("breaker", sorted({c.story for c in results.failing}))
+                return self._stop(run, "breaker", EXIT_BREAKER,
                                   f"circuit breaker: the same failure (fingerprint {fp}) in "
                                   f"{plural(streak, 'iteration')} in a row ({span}); the agent "
                                   "is not making progress" + self._tampered(run))
-                self._escalate(run, "breaker", sorted({c.story for c in results.failing}))
-                return code
             n += 1
         last = run.last.results
         failing = plural(len(last.failing), "criterion", "criteria")
@@ -822,8 +823,10 @@ class Loop:
         return blocked(story_states(steps, breaker=self.settings.breaker,
                                     max_iterations=self.settings.story_max_iterations))
 
-    def _escalate(self, run: RunRecord, event: str, stories: list[str]) -> None:
-        """Run ini ``ralph_escalate`` (if set) with the state dump on stdin."""
+    def _escalate(self, run: RunRecord, event: str, stories: list[str],
+                  report: Path | None = None) -> None:
+        """Run ini ``ralph_escalate`` (if set) with the state dump on stdin; ``report`` is the
+        run's report once written (the run ended)."""
         command = self.settings.escalate
         if not command:
             return
@@ -831,7 +834,7 @@ class Loop:
                           rootdir=self.rootdir, reason=run.reason or "; ".join(
                               f"{sid}: {run.blocked.get(sid, '')}" for sid in stories),
                           stories=[story_report(run, sid) for sid in stories],
-                          report=None, redact=self._redactor.text)
+                          report=report, redact=self._redactor.text)
         log = run.run_dir.path / f"escalate-{run.last.n:03d}-{event}.log"
         result = run_escalate(command, dump, cwd=self.rootdir, log_path=log,
                               env={"PYTEST_RALPH_EVENT": event})
@@ -1044,6 +1047,9 @@ class Loop:
                                   f"{run.reason}\n")
         path = write_report(run, state.report_path(run.prd.topic, run.started.date()),
                             redact=self._redactor.text)
+        if run.pending_escalation is not None:  # the run's last word: with its report
+            self._escalate(run, *run.pending_escalation, report=path)
+            write_report(run, path, redact=self._redactor.text)
         n = len(run.iterations) - 1
         self._print(f"pytest-ralph: {run.status} (exit {run.exit_code}) after {max(n, 0)} "
                     f"iteration{'s' if n != 1 else ''}: {run.reason}\n"
@@ -1224,6 +1230,18 @@ def _silence(stream: TextIO) -> None:
 def _changes_text(changes: tuple[Change, ...] | list[Change], most: int = 5) -> str:
     shown = ", ".join(ch.describe() for ch in changes[:most])
     return shown + (f", +{len(changes) - most} more" if len(changes) > most else "")
+
+
+def _repeats(run: RunRecord) -> dict[str, int]:
+    """For the prompt: criteria that failed the same way in N checks in a row, N >= 2, kept
+    only when an agent run worked on their story in between (for a story not tried yet, "the
+    attempts so far did not change it" would not be true)."""
+    out = {}
+    for key, n in same_failure_counts([it.results for it in run.iterations]).items():
+        sid = key.split("::", 1)[0]
+        if any(it.story == sid and it.agent is not None for it in run.iterations[-n:][1:]):
+            out[key] = n
+    return out
 
 
 def _regressions(run: RunRecord, results: CheckResults) -> tuple[str, ...]:

@@ -259,7 +259,11 @@ def test_three_stories_where_story_2_never_passes(tmp_path: Path) -> None:
     assert "every remaining story is blocked (US-002: the same failure" in out
     prd = json.loads((p.root / "prd.json").read_text())
     assert [s["passes"] for s in prd["userStories"]] == [True, False, True]
-    assert "US-002" in p.iteration_file(5, "prompt.md").read_text()
+    fifth = p.iteration_file(5, "prompt.md").read_text()
+    assert "## Blocked stories" in fifth and "- US-002: story US-002" in fifth
+    assert "failed the same way" not in fifth.split("## Blocked stories")[0]  # US-003: untried
+    assert "failed the same way in 4 checks in a row" in p.iteration_file(
+        4, "prompt.md").read_text()
     report = p.report()
     escalation = report[report.index("## Escalation"):]
     assert "### Blocked: US-002: story US-002" in escalation
@@ -271,6 +275,9 @@ def test_three_stories_where_story_2_never_passes(tmp_path: Path) -> None:
     events = [json.loads(line) for line in
               (p.root / "escalations.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events] == ["story-blocked", "all-blocked"]
+    assert events[0]["report"] is None
+    assert Path(events[1]["report"]).read_text() == report
+    assert "all-blocked (US-002): escalation command" in report
     assert events[0]["stories"][0]["id"] == "US-002"
     assert events[0]["stories"][0]["failing"][0]["criterion"] == "US-002::AC1"
     assert [t["iteration"] for t in events[0]["stories"][0]["tried"]] == [2, 3, 4]
