@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,15 @@ from typing import Any
 import pytest
 
 PY = shlex.quote(sys.executable)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give Ctrl-C back its default meaning when the suite was started with SIGINT ignored
+    (a `&` background job of a non-interactive shell): the tests that interrupt a loop with
+    SIGINT need their child processes to start with SIGINT at its default, which they only
+    inherit from a process that does not ignore it."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def story(sid: str, *criteria: Any, priority: int = 1, passes: bool = False,
