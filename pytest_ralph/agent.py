@@ -141,7 +141,9 @@ class AgentRun:
         if self.cost_usd is not None:
             extra.append(f"${self.cost_usd:.4f}")
         if self.turns is not None:
-            extra.append(f"{self.turns} turns")
+            extra.append(f"{self.turns} turn{'s' if self.turns != 1 else ''}")
+        if self.input_tokens is not None or self.output_tokens is not None:
+            extra.append(f"{self.input_tokens or 0} in / {self.output_tokens or 0} out tokens")
         return f"agent `{name}` {what} in {self.duration:.1f} s" + (
             f" ({', '.join(extra)})" if extra else "")
 

@@ -194,8 +194,10 @@ def _render(history: History, run: StoredRun, lock: _Lock, now: _dt.datetime) ->
         if failing:
             lines.append(f"  failing: {', '.join(failing[:10])}"
                          + (f", +{len(failing) - 10} more" if len(failing) > 10 else ""))
+        # Rate-limited runs after the last iteration add to its agent-error streak.
+        later = sum(1 for a in history.attempts(run.id) if a.n > last.n)
         lines.append(f"  identical-failure streak {last.streak}/{breaker}; agent-error streak "
-                     f"{last.error_streak}/{errors_max}")
+                     f"{last.error_streak + later}/{errors_max}")
         for story, why in last.blocked.items():
             lines.append(f"  blocked: {story}: {why}")
     attempts = history.attempts(run.id)

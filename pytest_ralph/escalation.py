@@ -9,6 +9,10 @@ on and the agent ran properly:
   iteration that changed the criteria counts as "the same": an edited oracle is never
   progress).
 
+A blocked story whose criteria all pass after a later iteration (another story's work fixed
+it) is no longer blocked: if it fails again, it is worked on again (a story past
+``ralph_story_max_iterations`` gets one more iteration before it is blocked again).
+
 The loop then works on the next story; it ends with exit 6 only when every story with
 failing criteria is blocked. :func:`story_states` recomputes all of this from the list of
 iterations, so a resumed run blocks exactly what the interrupted one had blocked.
@@ -32,9 +36,13 @@ from typing import Any
 
 from .fingerprint import fingerprint
 from .process import run_in_group
+from .redact import Redactor
 
 #: Seconds the escalation command may run before its process group is killed.
 ESCALATE_TIMEOUT = 300.0
+
+#: Seconds the escalation command gets at least, even when ``--ralph-budget`` is spent.
+ESCALATE_MIN_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,10 @@ def story_states(steps: Iterable[Step], *, breaker: int,
     """
     states: dict[str, StoryState] = {}
     for step in steps:
+        failing_stories = {k.split("::", 1)[0] for k, _ in step.failures}
+        for st in states.values():  # a blocked story whose criteria pass again is unblocked
+            if st.blocked and st.story not in failing_stories:
+                st.blocked, st.blocked_at, st.streak, st.fingerprint = "", 0, 0, None
         if not step.story or not step.ran:
             continue
         st = states.setdefault(step.story, StoryState(step.story))
@@ -107,7 +119,8 @@ def story_states(steps: Iterable[Step], *, breaker: int,
                           f"row on this story (iterations {st.worked[-st.streak]}-{step.n})")
             st.blocked_at = step.n
         elif failing and max_iterations is not None and len(st.worked) >= max_iterations:
-            st.blocked = (f"worked on in {len(st.worked)} iterations (ralph_story_max_iterations "
+            st.blocked = (f"worked on in {len(st.worked)} iteration"
+                          f"{'s' if len(st.worked) != 1 else ''} (ralph_story_max_iterations "
                           f"{max_iterations}) and still failing")
             st.blocked_at = step.n
     return states
@@ -171,7 +184,8 @@ class EscalateResult:
 
 def run_escalate(command: str, dump: str, *, cwd: Path, log_path: Path,
                  env: Mapping[str, str] | None = None,
-                 timeout: float = ESCALATE_TIMEOUT) -> EscalateResult:
+                 timeout: float = ESCALATE_TIMEOUT,
+                 redact: Redactor | None = None) -> EscalateResult:
     """Run the escalation ``command`` through the shell with ``dump`` on stdin.
 
     Args:
@@ -181,6 +195,7 @@ def run_escalate(command: str, dump: str, *, cwd: Path, log_path: Path,
         log_path: receives the command's stdout and stderr.
         env: extra environment variables.
         timeout: seconds before its process group is killed.
+        redact: replaces secret values in its log once it has ended, or ``None``.
 
     Never raises for a failing command: the result says what happened.
     """
@@ -195,6 +210,8 @@ def run_escalate(command: str, dump: str, *, cwd: Path, log_path: Path,
     except OSError as exc:
         return EscalateResult(False, f"escalation command `{command}` could not start: {exc}",
                               log_path)
+    if redact is not None and redact.active:
+        _redact_file(log_path, redact.fresh())
     if finished.timed_out:
         return EscalateResult(False, f"escalation command `{command}` timed out after "
                               f"{timeout:g} s (log {log_path})", log_path)
@@ -203,3 +220,16 @@ def run_escalate(command: str, dump: str, *, cwd: Path, log_path: Path,
                               f"{finished.returncode} (log {log_path})", log_path)
     return EscalateResult(True, f"escalation command `{command}` ran (log {log_path})",
                           log_path)
+
+
+def _redact_file(path: Path, redactor: Redactor) -> None:
+    """Rewrite ``path`` with its secrets redacted, streaming (1 MiB at a time)."""
+    tmp = path.with_name(path.name + ".redacting")
+    try:
+        with path.open("rb") as src, tmp.open("wb") as dst:
+            while chunk := src.read(1 << 20):
+                dst.write(redactor.stream(chunk))
+            dst.write(redactor.flush())
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)

@@ -706,7 +706,7 @@ class History:
             conn.execute("UPDATE runs SET updated = ? WHERE id = ?", (end, run_id))
 
     def record_attempt(self, run_id: str, n: int, *, started: _dt.datetime, agent: AgentRun,
-                       pause: float) -> None:
+                       pause: float) -> int:
         """Record an agent run that did not spend an iteration (a rate limit) and the
         seconds the loop pauses after it, in one transaction.
 
@@ -715,7 +715,11 @@ class History:
             n: the iteration it was an attempt at (>= 1).
             started: UTC time it started.
             agent: the run.
-            pause: seconds the loop pauses after it (>= 0).
+            pause: seconds the loop pauses after it (>= 0); :meth:`set_attempt_pause`
+                corrects it once the pause is over (or cut short).
+
+        Returns:
+            the attempt's id.
 
         Raises:
             ValueError: an outcome not in :data:`AGENT_OUTCOMES`.
@@ -734,7 +738,19 @@ class History:
                  float(agent.duration), agent.outcome, str(agent.log_path), agent.detail,
                  _finite(agent.cost_usd), agent.input_tokens, agent.output_tokens,
                  agent.turns, float(max(pause, 0.0))))
+            attempt_id = int(conn.execute("SELECT last_insert_rowid()").fetchone()[0])
             conn.execute("UPDATE runs SET updated = ? WHERE id = ?", (_iso(_now()), run_id))
+        return attempt_id
+
+    def set_attempt_pause(self, attempt_id: int, pause: float) -> None:
+        """Record how long the pause after attempt ``attempt_id`` really lasted (seconds).
+
+        Raises:
+            HistoryError: the history is open read-only.
+        """
+        with self._write() as conn:
+            conn.execute("UPDATE agent_attempts SET pause = ? WHERE id = ?",
+                         (float(max(pause, 0.0)), attempt_id))
 
     def attempts(self, run_id: str) -> list[StoredAttempt]:
         """The agent runs of a run that did not spend an iteration, oldest first."""

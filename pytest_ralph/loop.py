@@ -38,11 +38,19 @@ from .agent import (
 )
 from .checkrun import PYCACHE_DIR_PREFIX, CheckPhaseConfig, run_check_phase
 from .checks import VERIFIER_KIND
-from .escalation import Step, blocked, run_escalate, state_dump, story_states
+from .escalation import (
+    ESCALATE_MIN_SECONDS,
+    ESCALATE_TIMEOUT,
+    Step,
+    blocked,
+    run_escalate,
+    state_dump,
+    story_states,
+)
 from .fingerprint import fingerprint
 from .gitdiff import diff_stat, tree_snapshot
 from .history import DB_NAME, History, HistoryError, StoredIteration, StoredRun
-from .model import PRD, Story, fold_text
+from .model import PRD, Story, fold_text, slugify
 from .oracle import (
     Change,
     Snapshot,
@@ -166,6 +174,8 @@ class RunRecord:
         escalations: one line per escalation command run.
         pending_escalation: the escalation (event, story ids) to run once the report of an
             ending run is written.
+        error_streak: the agent-error streak when the run stopped on it (it may end with
+            rate-limited runs, which record no iteration).
     """
 
     prd: PRD
@@ -185,6 +195,7 @@ class RunRecord:
     attempts: list[tuple[int, AgentRun, float]] = field(default_factory=list)
     escalations: list[str] = field(default_factory=list)
     pending_escalation: tuple[str, list[str]] | None = None
+    error_streak: int = 0
 
     @property
     def last(self) -> IterationRecord:
@@ -265,6 +276,8 @@ class Loop:
         self._t0 = time.monotonic()
         self._redactor = Redactor.from_env()
         self._git = False  # the last iteration's change is known (a git work tree)
+        self._cost_warned = False
+        self._notes: list[str] = []  # warnings found before the run exists
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -307,8 +320,12 @@ class Loop:
             raise LoopUsageError("no agent configured: pass --ralph-agent CMD, or set ini "
                                  "ralph_agent or the environment variable PYTEST_RALPH_AGENT")
         try:
-            argv, _ = resolve_agent(s.agent, s.agent_flags)
+            argv, preset = resolve_agent(s.agent, s.agent_flags)
             resolve_executable(argv, self.rootdir)
+            if s.agent_flags and preset is None:
+                self._notes.append(f"agent_flags (from {s.sources.get('agent_flags')}) is "
+                                   f"ignored: the agent {s.agent!r} is a command line, not a "
+                                   "preset name; put the flags in the command")
         except AgentCommandError as exc:
             source = s.sources.get("agent", "default")
             raise LoopUsageError(f"{exc} (agent from {source})") from None
@@ -447,6 +464,8 @@ class Loop:
             else:
                 run.warnings += self._lost_runs(state, prd, run.run_dir.id)
             self._begin(run)
+        for note in dict.fromkeys(self._notes):
+            self._warn(run, note)
         selected = self._selected(prd)
         n_crit = sum(len(st.criteria) for st in selected)
         self._print(f"pytest-ralph: loop on {prd.path} ({plural(n_crit, 'criterion', 'criteria')}"
@@ -580,7 +599,7 @@ class Loop:
         if not run.iterations:
             folder = run.run_dir.iteration_dir(0)
             started = _now()
-            base = run_check_phase(phase, folder)
+            base = run_check_phase(self._bounded(phase), folder)
             if not phase.expected and not base.criteria and not base.errors:
                 return self._stop(run, "no-criteria", EXIT_NO_CRITERIA,
                                   f"{self._selection()} deselects every criterion of "
@@ -602,6 +621,9 @@ class Loop:
         streak = run.last.streak
         error_streak = 0 if run.resumed_from else run.last.error_streak
         last_fp = self._last_fingerprint(run)
+        prior = run.iterations[-2].blocked if len(run.iterations) > 1 else {}
+        if set(run.last.blocked) - set(prior):  # it blocked a story: the count starts again
+            streak, last_fp = 0, None
         last_story = next((it.story for it in reversed(run.iterations[1:])
                            if it.agent is not None and it.agent.ran), "")
         template = self._template()
@@ -633,6 +655,12 @@ class Loop:
                                   env={"PYTEST_RALPH_ITERATION": str(n),
                                        "PYTEST_RALPH_PROMPT_FILE": str(folder / "prompt.md")},
                                   reader=reader_for(argv), redactor=self._redactor)
+            if (s.max_cost is not None and agent_run.cost_usd is None and agent_run.ran
+                    and not self._cost_warned):
+                self._cost_warned = True
+                self._warn(run, f"--ralph-max-cost {s.max_cost:g}: the agent reports no cost "
+                           f"({agent_run.describe()}), so the cost limit cannot stop this run; "
+                           "use --ralph-budget or --ralph-max-iterations to bound it")
             if agent_run.outcome == "rate-limited":
                 error_streak += 1
                 stop = self._rate_limited(run, n, started, agent_run, error_streak)
@@ -642,7 +670,7 @@ class Loop:
             after = tree_snapshot(self.rootdir) if before is not None else None
             self._git = after is not None
             diff = diff_stat(self.rootdir, before, after) if before and after else ""
-            results = run_check_phase(phase, folder)
+            results = run_check_phase(self._bounded(phase), folder)
             results, flaky = self._recheck(run, phase, prev, results, folder)
             changes = self._changes(run, phase)
             if changes and not s.allow_criteria_edits:
@@ -669,12 +697,11 @@ class Loop:
             newly = [sid for sid in rec.blocked if sid not in held]
             failing_stories = {c.story for c in results.failing}
             all_blocked = bool(failing_stories) and failing_stories <= set(rec.blocked)
+            self._record(run, rec, state)
             if newly and not all_blocked and not results.complete:
                 # The loop changes course (another story, another prompt): the breaker's
                 # count starts again.
-                rec.streak = streak = 0
-                last_fp = None
-            self._record(run, rec, state)
+                streak, last_fp = 0, None
             self._print_block(run, rec)
             state.append_progress(self._redactor.text(self._progress_entry(run, rec)))
             if results.complete:
@@ -722,6 +749,14 @@ class Loop:
             return None
         return self.settings.budget - (time.monotonic() - self._t0)
 
+    def _bounded(self, phase: CheckPhaseConfig) -> CheckPhaseConfig:
+        """``phase`` with its timeout cut to what is left of ``--ralph-budget`` (at least 1 s,
+        so that a spent budget still ends the phase cleanly)."""
+        left = self._remaining()
+        if left is None:
+            return phase
+        return replace(phase, timeout=max(min(phase.timeout, left), 1.0))
+
     def _agent_timeout(self) -> float:
         """The agent's timeout: ``--ralph-agent-timeout``, cut to what is left of the budget."""
         left = self._remaining()
@@ -749,7 +784,7 @@ class Loop:
     def _pause_for(self, agent_run: AgentRun) -> tuple[float, str]:
         """Seconds to pause after a rate-limited run, and where that figure came from."""
         s = self.settings
-        if agent_run.reset_at is not None:
+        if agent_run.reset_at is not None and agent_run.reset_at > time.time():
             wait = agent_run.reset_at - time.time() + 1.0
             when = _dt.datetime.fromtimestamp(agent_run.reset_at, _dt.timezone.utc)
             source = f"until the stated reset at {when.strftime('%Y-%m-%d %H:%M:%S')} UTC"
@@ -758,7 +793,9 @@ class Loop:
             source = f"the stated retry-after of {agent_run.retry_after:g} s"
         else:
             wait = s.rate_limit_backoff
-            source = f"no reset time stated: ralph_rate_limit_backoff {wait:g} s"
+            why = ("the stated reset time has passed" if agent_run.reset_at is not None else
+                   "no reset time stated")
+            source = f"{why}: ralph_rate_limit_backoff {wait:g} s"
         wait = max(wait, 0.0)
         if wait > s.max_pause:
             source += f", capped by ralph_max_pause {s.max_pause:g} s"
@@ -781,17 +818,18 @@ class Loop:
         stopping = error_streak >= s.agent_errors or over
         pause = 0.0 if stopping else wait
         run.attempts.append((n, agent_run, pause))
-        self.history.record_attempt(run.run_dir.id, n, started=started, agent=agent_run,
-                                    pause=pause)
+        attempt_id = self.history.record_attempt(run.run_dir.id, n, started=started,
+                                                 agent=agent_run, pause=pause)
         self._db_sig = _db_signature(self.history.path)
         self._print(f"[ralph iteration {n}/{s.max_iterations}: rate limited]\n"
                     f"  Tried: {agent_run.describe()}\n"
-                    + (f"  Pause: {wait:.0f} s ({source}); the iteration is not spent; "
+                    + (f"  Pause: {_seconds(wait)} ({source}); the iteration is not spent; "
                        f"agent-error streak {error_streak}/{s.agent_errors}"
                        if not stopping else
                        f"  Agent-error streak {error_streak}/{s.agent_errors}"))
         self._save(run)
         if error_streak >= s.agent_errors:
+            run.error_streak = error_streak
             return self._stop(run, "agent-error", EXIT_AGENT_ERROR,
                               f"the agent did not run properly in {error_streak} runs in a row "
                               f"(last: {agent_run.describe()}); see {agent_run.log_path}")
@@ -800,7 +838,16 @@ class Loop:
                               f"stopped at the wall-clock budget: the agent is rate limited "
                               f"for {wait:.0f} s ({source}), more than the {max(left or 0, 0):.0f}"
                               f" s left of --ralph-budget {s.budget:g}")
-        self._sleep(run, wait)
+        began = time.monotonic()
+        try:
+            self._sleep(run, wait)
+        finally:  # the pause as it really was (a cancel or Ctrl-C cuts it short)
+            actual = time.monotonic() - began
+            run.attempts[-1] = (n, agent_run, actual)
+            with contextlib.suppress(Exception):
+                self.history.set_attempt_pause(attempt_id, actual)
+                self._db_sig = _db_signature(self.history.path)
+            self._save(run)
         return None
 
     def _sleep(self, run: RunRecord, seconds: float) -> None:
@@ -836,8 +883,12 @@ class Loop:
                           stories=[story_report(run, sid) for sid in stories],
                           report=report, redact=self._redactor.text)
         log = run.run_dir.path / f"escalate-{run.last.n:03d}-{event}.log"
+        left = self._remaining()
         result = run_escalate(command, dump, cwd=self.rootdir, log_path=log,
-                              env={"PYTEST_RALPH_EVENT": event})
+                              env={"PYTEST_RALPH_EVENT": event},
+                              timeout=ESCALATE_TIMEOUT if left is None else min(
+                                  ESCALATE_TIMEOUT, max(left, ESCALATE_MIN_SECONDS)),
+                              redact=self._redactor)
         line = f"iteration {run.last.n}, {event} ({', '.join(stories)}): {result.summary}"
         run.escalations.append(line)
         self._print(f"pytest-ralph: {line}")
@@ -990,10 +1041,10 @@ class Loop:
         newly = [c for c in results.failing if c.key in passed_before and c.kind != "missing"]
         if not newly or results.errors:
             return results, ()
-        again = run_check_phase(replace(
+        again = run_check_phase(self._bounded(replace(
             phase, junitxml=None,
             nodeids=tuple(f"{phase.prd}::{c.story}::{c.criterion}" for c in newly),
-            expected=tuple((c.story, c.criterion, c.text) for c in newly)), folder / "recheck")
+            expected=tuple((c.story, c.criterion, c.text) for c in newly))), folder / "recheck")
         asked = {c.key for c in newly}
         if again.exitstatus != 0 or {c.key for c in again.criteria} != asked:
             return results, ()  # a failed re-check, or one that reports more than was asked
@@ -1045,7 +1096,9 @@ class Loop:
             state.append_progress(f"## {run.finished.strftime('%Y-%m-%dT%H:%M:%SZ')} run "
                                   f"{run.run_dir.id} ended: {run.status} (exit {run.exit_code}): "
                                   f"{run.reason}\n")
-        path = write_report(run, state.report_path(run.prd.topic, run.started.date()),
+        topic = slugify(self._redactor.text(run.prd.project or run.prd.branch_name or
+                                            run.prd.path.stem)) or "prd"
+        path = write_report(run, state.report_path(topic, run.started.date()),
                             redact=self._redactor.text)
         if run.pending_escalation is not None:  # the run's last word: with its report
             self._escalate(run, *run.pending_escalation, report=path)
@@ -1056,6 +1109,11 @@ class Loop:
                     f"pytest-ralph: report {path}")
 
     # -- output ------------------------------------------------------------------------------
+
+    def _warn(self, run: RunRecord, message: str) -> None:
+        """Print a warning and keep it for the report."""
+        run.warnings.append(message)
+        self._print(f"pytest-ralph: warning: {message}")
 
     def _print(self, text: str) -> None:
         """Print to the terminal; a closed stdout (``| head``) stops the printing, not the loop."""
@@ -1230,6 +1288,11 @@ def _silence(stream: TextIO) -> None:
 def _changes_text(changes: tuple[Change, ...] | list[Change], most: int = 5) -> str:
     shown = ", ".join(ch.describe() for ch in changes[:most])
     return shown + (f", +{len(changes) - most} more" if len(changes) > most else "")
+
+
+def _seconds(value: float) -> str:
+    """``"2.5 s"``, ``"60 s"``: seconds with a decimal only when it matters."""
+    return f"{value:.1f} s" if value < 10 and value != int(value) else f"{value:.0f} s"
 
 
 def _repeats(run: RunRecord) -> dict[str, int]:

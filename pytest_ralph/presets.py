@@ -421,7 +421,8 @@ class CodexReader:
 
 #: A rate limit in a Gemini CLI result error: HTTP 429 / ``RESOURCE_EXHAUSTED`` as the CLI
 #: formats the API error (``[API Error: ... "code": 429 ... "RESOURCE_EXHAUSTED" ...]``, see
-#: https://github.com/google-gemini/gemini-cli/issues/1088), or a quota error type.
+#: https://github.com/google-gemini/gemini-cli/issues/1088), searched only in a message that
+#: starts with that ``[API Error`` prefix; or a quota / rate error type.
 _GEMINI_RATE_LIMIT = re.compile(r"\b429\b|RESOURCE_EXHAUSTED|Too Many Requests")
 
 
@@ -451,7 +452,11 @@ class GeminiReader(_LastResult):
         error_type = _text(_get(event, "error", "type")).strip()
         message = _text(_get(event, "error", "message")).strip()
         detail = _one_line(f"result error {error_type or 'error'}: {message or 'no message'}")
-        if _GEMINI_RATE_LIMIT.search(message) or "quota" in error_type.lower():
+        # Only the CLI's own API-error text (it starts with "[API Error"), never other error
+        # messages: a tool error can quote test output that mentions a 429.
+        api_error = message.lstrip("[").startswith("API Error")
+        if (api_error and _GEMINI_RATE_LIMIT.search(message)) or (
+                "quota" in error_type.lower() or "rate" in error_type.lower()):
             return Verdict("rate-limited", detail, retry_after=_retry_after(message), **metrics)
         return Verdict("api-error", detail, **metrics)
 

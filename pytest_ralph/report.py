@@ -20,6 +20,7 @@ from .prompt import excerpt, same_failure_counts
 from .results import CheckResults, atomic_write_text
 
 if TYPE_CHECKING:
+    from .agent import AgentRun
     from .loop import RunRecord
 
 _EXIT_MEANING = {0: "complete", 1: "stopped at a limit", 2: "interrupted", 3: "internal error",
@@ -145,8 +146,9 @@ def render_report(run: RunRecord) -> str:
     out.append("")
     # Iterations.
     out += ["## Iterations", "",
-            "| # | story | agent | outcome | seconds | passing | fingerprint | streak |",
-            "|---|---|---|---|---|---|---|---|"]
+            "| # | story | agent | outcome | seconds | passing | fingerprint | streak | "
+            "cost, turns, tokens |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for it in run.iterations:
         r = it.results
         if it.agent is None:
@@ -157,7 +159,7 @@ def render_report(run: RunRecord) -> str:
             agent_cells = f"{code} | {it.agent.outcome}{said} | {it.agent.duration:.1f}"
         out.append(f"| {it.n} | {it.story or '-'} | {agent_cells} | "
                    f"{len(r.passing)}/{len(r.criteria)} | `{it.fingerprint or r.fingerprint}` | "
-                   f"{it.streak} |")
+                   f"{it.streak} | {_usage(it.agent) if it.agent else '-'} |")
     out.append("")
     # Failures.
     if last.failing or last.errors:
@@ -240,8 +242,9 @@ def _escalation(run: RunRecord) -> list[str]:
         cause = (f"The circuit breaker stopped the loop: the agent produced the same failures "
                f"{run.last.streak} times in a row.")
     elif run.status == "agent-error":
-        cause = (f"The agent did not run properly {run.last.error_streak} times in a row (see the "
-               "end of its log below).")
+        streak = run.error_streak or run.last.error_streak
+        cause = (f"The agent did not run properly {streak} times in a row (see the end of its "
+                 "log below).")
     else:
         cause = f"The loop gave up on {plural_stories(len(run.blocked))}."
     out = ["## Escalation", "", f"{cause} A human needs to look at this. Full state:", ""]
@@ -250,19 +253,36 @@ def _escalation(run: RunRecord) -> list[str]:
     if run.escalations:
         out += ["### Escalation command", "", *[f"- {line}" for line in run.escalations], ""]
     last_agent = next((it for it in reversed(run.iterations) if it.agent is not None), None)
-    if last_agent is not None and last_agent.agent is not None:
-        out += [f"- Last prompt: `{last_agent.folder / 'prompt.md'}`",
-                f"- Last agent log: `{last_agent.agent.log_path}`",
-                f"- Last check output: `{last_agent.folder / 'check.log'}`"]
+    last_run = last_agent.agent if last_agent is not None else None
+    if run.attempts and (last_agent is None or run.attempts[-1][0] > last_agent.n):
+        last_run = run.attempts[-1][1]  # the run ended on rate-limited runs
+    if last_agent is not None:
+        out += [f"- Last prompt: `{last_agent.folder / 'prompt.md'}`"]
+    if last_run is not None:
+        out += [f"- Last agent log: `{last_run.log_path}`"]
+    if last_agent is not None:
+        out += [f"- Last check output: `{last_agent.folder / 'check.log'}`"]
     out += [f"- Progress log: `{run.settings.dir / 'progress.txt'}`",
             f"- Run summary: `{run.run_dir.path / 'run.json'}`", ""]
-    if last_agent is not None and last_agent.agent is not None:
+    if last_run is not None:
         out += ["### End of the last agent log", "",
-                *_block(excerpt(last_agent.agent.log_tail, 3000) or "(empty)"), ""]
+                *_block(excerpt(last_run.log_tail, 3000) or "(empty)"), ""]
     out += ["### Full failure text of the last check", ""]
     for c in run.last.results.failing:
         out += [f"#### {c.key}", "", *_block(excerpt(c.message, 6000)), ""]
     return out
+
+
+def _usage(agent: AgentRun) -> str:
+    """``$0.0120, 3 turns, 300 in / 60 out tokens``, or ``-`` when the agent reported none."""
+    parts = []
+    if agent.cost_usd is not None:
+        parts.append(f"${agent.cost_usd:.4f}")
+    if agent.turns is not None:
+        parts.append(f"{agent.turns} turn{'s' if agent.turns != 1 else ''}")
+    if agent.input_tokens is not None or agent.output_tokens is not None:
+        parts.append(f"{agent.input_tokens or 0} in / {agent.output_tokens or 0} out tokens")
+    return ", ".join(parts) or "-"
 
 
 def plural_stories(n: int) -> str:

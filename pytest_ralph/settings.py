@@ -265,8 +265,9 @@ def _convert(spec: Spec, raw: Any, source: str, base: Path) -> Any:
             raise bad("one or more story ids")
         return out
     low, high = spec.low or 0, spec.high or 0
+    unit = "US dollars" if spec.metavar == "USD" else "seconds"
     expected = (f"an integer from {int(low)} to {int(high)}" if spec.kind == "int" else
-                f"a number of seconds > {low:g} and <= {high:g}")
+                f"a number of {unit} > {low:g} and <= {high:g}")
     try:
         number: float = int(str(raw).strip()) if spec.kind == "int" else float(str(raw).strip())
     except ValueError:

@@ -182,7 +182,8 @@ def test_a_rate_limit_with_no_reset_uses_the_backoff_capped_by_max_pause(
     assert result.returncode == 0, result.stdout + result.stderr
     assert ("no reset time stated: ralph_rate_limit_backoff 600 s, capped by ralph_max_pause "
             "1 s") in result.stdout
-    assert project.db("SELECT outcome, pause FROM agent_attempts") == [("rate-limited", 1.0)]
+    [(outcome, pause)] = project.db("SELECT outcome, pause FROM agent_attempts")
+    assert outcome == "rate-limited" and 1.0 <= pause < 1.5  # the pause as it really was
 
 
 def test_a_rate_limit_beyond_the_budget_stops_at_once(project: Project) -> None:
@@ -295,7 +296,7 @@ def test_story_max_iterations_blocks_a_story_early(tmp_path: Path) -> None:
     p.play(ok())
     result = p.ralph("--ralph-agent", "claude", ini="ralph_story_max_iterations = 1\n")
     assert result.returncode == 6, result.stdout
-    assert "worked on in 1 iterations (ralph_story_max_iterations 1)" in result.stdout
+    assert "worked on in 1 iteration (ralph_story_max_iterations 1)" in result.stdout
     assert p.db("SELECT n, story FROM iterations WHERE n > 0 ORDER BY n") == [
         (1, "US-001"), (2, "US-002")]
 
@@ -376,3 +377,40 @@ def test_a_large_agent_output_is_streamed_to_the_log(project: Project) -> None:
     log = project.iteration_file(1, "agent.log")
     assert log.stat().st_size >= 30 * 1024 * 1024
     assert project.db("SELECT outcome FROM agent_runs") == [("ok",)]
+
+
+def test_the_budget_also_bounds_a_slow_check(tmp_path: Path) -> None:
+    p = Project(tmp_path, [story("US-001", {"text": "slow", "run": "sleep 60; exit 1"})])
+    p.cli("claude")
+    p.play(ok())
+    start = time.monotonic()
+    result = p.ralph("--ralph-agent", "claude", "--ralph-budget", "4")
+    assert time.monotonic() - start < 40
+    assert result.returncode == 1, result.stdout
+    assert "stopped at the wall-clock budget (4 s, --ralph-budget)" in result.stdout
+
+
+def test_rate_limits_that_end_the_run_are_in_the_report_and_the_status(
+        project: Project) -> None:
+    project.play({"stdout": [INIT, claude_result(is_error=True, status=429,
+                                                 error_type="rate_limit_error", text="slow down")],
+                  "exit": 1})
+    result = project.ralph("--ralph-agent", "claude", ini="ralph_rate_limit_backoff = 0.2\n")
+    assert result.returncode == 7, result.stdout
+    report = project.report()
+    assert "The agent did not run properly 3 times in a row" in report
+    assert "agent.rate-limited-3.log" in report and "### End of the last agent log" in report
+    status = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                             "--ralph-status"], cwd=project.root, env=project.env, text=True,
+                            capture_output=True, timeout=60)
+    assert "agent-error streak 3/3" in status.stdout, status.stdout
+
+
+def test_max_cost_warns_when_the_agent_reports_no_cost(tmp_path: Path) -> None:
+    p = Project(tmp_path, [story("US-001", exists("done.txt"))])
+    p.cli("aider")
+    p.play({}, {"write": {"done.txt": "x"}})
+    result = p.ralph("--ralph-agent", "aider", "--ralph-max-cost", "1")
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.count("the agent reports no cost") == 1
+    assert "the agent reports no cost" in p.report()

@@ -169,15 +169,27 @@ def test_passing_then_failing_again_is_a_new_streak() -> None:
     assert not st.blocked
 
 
-def test_a_blocked_story_stays_blocked() -> None:
+def test_a_blocked_story_stays_blocked_while_it_fails() -> None:
     same = fail("US-1", "boom")
     steps = [step(1, "US-1", same), step(2, "US-1", same),
-             step(3, "US-1"),  # now passing
-             step(4, "US-1", fail("US-1", "new")), step(5, "US-1", same)]
+             step(3, "US-2", same, fail("US-2", "x")),  # another story's turn; US-1 fails
+             step(4, "US-1", same)]
     st = states(*steps, breaker=2)["US-1"]
     assert st.blocked_at == 2
     assert st.worked == [1, 2]  # later iterations are not recorded on it
     assert "(iterations 1-2)" in st.blocked
+
+
+def test_a_blocked_story_whose_criteria_pass_again_is_unblocked() -> None:
+    same = fail("US-1", "boom")
+    steps = [step(1, "US-1", same), step(2, "US-1", same),
+             step(3, "US-2", fail("US-2", "x"))]  # US-2's work made US-1 pass
+    assert states(*steps, breaker=2)["US-1"].blocked == ""
+    # It regresses: worked on again, blocked again only after `breaker` more identical tries.
+    again = [*steps, step(4, "US-1", same), step(5, "US-1", same)]
+    st = states(*again, breaker=2)["US-1"]
+    assert st.blocked_at == 5 and "(iterations 4-5)" in st.blocked
+    assert states(*again[:4], breaker=2)["US-1"].blocked == ""
 
 
 def test_other_stories_failures_do_not_affect_a_storys_fingerprint() -> None:
@@ -214,8 +226,9 @@ def test_stories_are_counted_separately_and_interleaving_does_not_reset() -> Non
 def test_replaying_a_prefix_gives_the_same_states() -> None:
     # A resumed run recomputes from the iterations: the result depends on them alone.
     same = fail("US-1", "boom")
-    steps = [step(1, "US-1", same), step(2, "US-2", fail("US-2", "x")),
-             step(3, "US-1", same), step(4, "US-1", same), step(5, "US-2", fail("US-2", "x"))]
+    steps = [step(1, "US-1", same), step(2, "US-2", same, fail("US-2", "x")),
+             step(3, "US-1", same), step(4, "US-1", same),
+             step(5, "US-2", same, fail("US-2", "x"))]
     assert states(*steps) == states(*steps)
     assert states(*steps[:4])["US-1"] == states(*steps)["US-1"]
 

@@ -941,3 +941,16 @@ def test_detail_is_printable() -> None:
     verdict = run_reader(ResultReader(), [line])
     assert verdict.detail == "result is_error: API Error: [31m 500 boom"
     assert verdict.detail.isprintable()
+
+
+def test_gemini_tool_error_quoting_a_429_is_an_api_error_not_a_rate_limit() -> None:
+    """A tool error may quote test output that mentions 429: only the CLI's own "[API Error"
+    text is searched for a rate limit."""
+    line = json.dumps({"type": "result", "status": "error", "error": {
+        "type": "FatalToolExecutionError", "message": "Error executing tool run_shell_command: "
+        "pytest failed: assert resp.status == 429 (Too Many Requests expected)"}}).encode()
+    assert run_reader(GeminiReader(), [line], exit_code=54).outcome == "api-error"
+    limited = json.dumps({"type": "result", "status": "error", "error": {
+        "type": "Error", "message": '[API Error: {"error": {"code": 429, "status": '
+        '"RESOURCE_EXHAUSTED"}}]'}}).encode()
+    assert run_reader(GeminiReader(), [limited], exit_code=1).outcome == "rate-limited"
