@@ -228,7 +228,7 @@ def test_loop_pauses_on_rate_limit_then_completes(pytester: pytest.Pytester,
     assert result.ret == 0, out
     assert (pytester.path / "done.txt").read_text() == "done\n"
     ((n, outcome, why, pause),) = agent_attempts(pytester)
-    assert (n, outcome, pause) == (1, "rate-limited", 1.0)
+    assert (n, outcome) == (1, "rate-limited") and 1.0 <= pause < 2.0  # as really paused
     assert "429" in why
     assert [o[:2] for o in agent_outcomes(pytester)] == [(1, "ok")]
     assert "the iteration is not spent" in out
