@@ -209,7 +209,12 @@ def _render(history: History, run: StoredRun, lock: _Lock, now: _dt.datetime) ->
         lines.append(f"  rate limited: {len(attempts)} agent run(s), "
                      f"{_duration(sum(a.pause for a in attempts))} paused (not iterations)")
     agent = next((it for it in reversed(iterations) if it.agent is not None), None)
-    if agent is not None and agent.agent is not None:
+    if attempts and (agent is None or attempts[-1].n > agent.n):  # ended on rate limits
+        r = attempts[-1].agent
+        lines.append(f"  last agent run: iteration {attempts[-1].n}, {r.outcome}"
+                     + (f": {r.why}" if r.why else "") + f" in {r.duration:.1f} s; log "
+                     f"{r.log_path}")
+    elif agent is not None and agent.agent is not None:
         a = agent.agent
         code = "no exit status" if a.exit_code is None else f"exit {a.exit_code}"
         why = f": {a.why}" if a.why else ""

@@ -710,8 +710,9 @@ class Loop:
                                   f"{len(results.criteria)})")
             if error_streak >= s.agent_errors:
                 return self._stop(run, "agent-error", EXIT_AGENT_ERROR,
-                                  f"the agent did not run properly in {error_streak} iterations "
-                                  f"in a row (last: {agent_run.describe()}); see "
+                                  f"the agent did not run properly in "
+                                  f"{plural(error_streak, 'iteration')} in a row (last: "
+                                  f"{agent_run.describe()}); see "
                                   f"{agent_run.log_path}")
             if all_blocked:
                 why_blocked = ("every remaining story is blocked (" + "; ".join(
@@ -831,8 +832,9 @@ class Loop:
         if error_streak >= s.agent_errors:
             run.error_streak = error_streak
             return self._stop(run, "agent-error", EXIT_AGENT_ERROR,
-                              f"the agent did not run properly in {error_streak} runs in a row "
-                              f"(last: {agent_run.describe()}); see {agent_run.log_path}")
+                              f"the agent did not run properly in "
+                              f"{plural(error_streak, 'run')} in a row (last: "
+                              f"{agent_run.describe()}); see {agent_run.log_path}")
         if over:
             return self._stop(run, "limit", EXIT_LIMIT,
                               f"stopped at the wall-clock budget: the agent is rate limited "
@@ -1168,6 +1170,10 @@ class Loop:
         story = f"  Story: {rec.story}\n" if rec.story else ""
         newly = [sid for sid in rec.blocked if sid not in (
             run.iterations[-2].blocked if len(run.iterations) > 1 else {})]
+        before = run.iterations[-2].blocked if len(run.iterations) > 1 else {}
+        for sid in before:
+            if sid not in rec.blocked:
+                regress += f"\n  Unblocked: {sid}: its criteria pass again"
         for sid in newly:
             regress += f"\n  Blocked: {sid}: {rec.blocked[sid]}"
         if newly and not r.complete:
@@ -1204,6 +1210,10 @@ class Loop:
             lines.append(f"flaky (failed, then passed on a re-check): {', '.join(rec.flaky)}")
         if rec.changes:
             lines.append(f"criteria changed: {_changes_text(rec.changes)}")
+        before = run.iterations[-2].blocked if len(run.iterations) > 1 else {}
+        for sid in before:
+            if sid not in rec.blocked:
+                lines.append(f"unblocked {sid}: its criteria pass again")
         for sid, reason in rec.blocked.items():
             lines.append(f"blocked {sid}: {reason}")
         if rec.diff:

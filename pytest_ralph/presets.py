@@ -425,6 +425,11 @@ class CodexReader:
 #: starts with that ``[API Error`` prefix; or a quota / rate error type.
 _GEMINI_RATE_LIMIT = re.compile(r"\b429\b|RESOURCE_EXHAUSTED|Too Many Requests")
 
+#: An error type that names a quota or rate limit (``QuotaExceededError``,
+#: ``RateLimitError``, ``RESOURCE_EXHAUSTED``), not any type containing "rate".
+_GEMINI_LIMIT_TYPE = re.compile(r"quota|rate[ _-]?limit|resource[ _-]?exhausted|too[ _-]?many",
+                                re.IGNORECASE)
+
 
 class GeminiReader(_LastResult):
     """Reads Gemini CLI ``--output-format stream-json`` events (types.ts)::
@@ -455,8 +460,8 @@ class GeminiReader(_LastResult):
         # Only the CLI's own API-error text (it starts with "[API Error"), never other error
         # messages: a tool error can quote test output that mentions a 429.
         api_error = message.lstrip("[").startswith("API Error")
-        if (api_error and _GEMINI_RATE_LIMIT.search(message)) or (
-                "quota" in error_type.lower() or "rate" in error_type.lower()):
+        if (api_error and _GEMINI_RATE_LIMIT.search(message)) or _GEMINI_LIMIT_TYPE.search(
+                error_type):
             return Verdict("rate-limited", detail, retry_after=_retry_after(message), **metrics)
         return Verdict("api-error", detail, **metrics)
 

@@ -111,7 +111,8 @@ def render_report(run: RunRecord) -> str:
         + (f", finished {run.finished.isoformat(timespec='seconds')}" if run.finished else ""),
         f"- State: `{run.run_dir.path}`",
         *_guard_line(run),
-        *([f"- Agent cost: ${run.cost:.4f} (as the agent reported it)"
+        *([(f"- Agent cost: ${run.cost:.4f} (as the agent reported it)" if _reported(run)
+            else "- Agent cost: not reported by the agent")
            + (f"; limit ${s.max_cost:g}" if s.max_cost is not None else "")]
           if run.cost or s.max_cost is not None else []),
         *([f"- Wall-clock budget: {s.budget:g} s (--ralph-budget)"] if s.budget else []),
@@ -271,6 +272,12 @@ def _escalation(run: RunRecord) -> list[str]:
     for c in run.last.results.failing:
         out += [f"#### {c.key}", "", *_block(excerpt(c.message, 6000)), ""]
     return out
+
+
+def _reported(run: RunRecord) -> bool:
+    """Whether any agent run of ``run`` reported a cost."""
+    runs = [it.agent for it in run.iterations if it.agent is not None]
+    return any(a.cost_usd is not None for a in [*runs, *(a for _, a, _ in run.attempts)])
 
 
 def _usage(agent: AgentRun) -> str:

@@ -404,6 +404,7 @@ def test_rate_limits_that_end_the_run_are_in_the_report_and_the_status(
                              "--ralph-status"], cwd=project.root, env=project.env, text=True,
                             capture_output=True, timeout=60)
     assert "agent-error streak 3/3" in status.stdout, status.stdout
+    assert "last agent run: iteration 1, rate-limited: " in status.stdout
 
 
 def test_max_cost_warns_when_the_agent_reports_no_cost(tmp_path: Path) -> None:
@@ -414,3 +415,21 @@ def test_max_cost_warns_when_the_agent_reports_no_cost(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout
     assert result.stdout.count("the agent reports no cost") == 1
     assert "the agent reports no cost" in p.report()
+
+
+def test_a_blocked_story_fixed_by_other_work_is_unblocked_and_worked_on_after_a_regression(
+        tmp_path: Path) -> None:
+    p = Project(tmp_path, [story("US-1", exists("a.txt"), priority=1),
+                           story("US-2", exists("b.txt"), priority=2),
+                           story("US-3", exists("c.txt"), priority=3)])
+    p.cli("claude")
+    p.play(ok(), ok(write={"a.txt": "a", "b.txt": "b"}),
+           {**ok(write={"c.txt": "c"}), "delete": ["a.txt"]}, ok(write={"a.txt": "a"}))
+    result = p.ralph("--ralph-agent", "claude", ini="ralph_story_max_iterations = 1\n")
+    assert result.returncode == 0, result.stdout
+    assert p.db("SELECT n, story FROM iterations WHERE n > 0 ORDER BY n") == [
+        (1, "US-1"), (2, "US-2"), (3, "US-3"), (4, "US-1")]
+    assert "  Blocked: US-1: worked on in 1 iteration" in result.stdout
+    assert "  Unblocked: US-1: its criteria pass again" in result.stdout
+    assert "unblocked US-1: its criteria pass again" in (
+        p.root / ".pytest_ralph" / "progress.txt").read_text()

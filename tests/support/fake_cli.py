@@ -7,6 +7,7 @@ Each call appends ``{"argv", "stdin_bytes", "stdin_sha256", "prompt_file_bytes"}
 ``<plan>.calls.jsonl``. A step is an object with any of:
 
 - ``write``: {relative path: text} files to write (the agent's "useful work"), first;
+- ``delete``: relative paths of files to delete, next;
 - ``stdout`` / ``stderr``: lists of lines to print (``{reset}`` becomes now + ``reset_in``
   seconds, as an integer epoch);
 - ``filler``: bytes of filler to print on stdout (in 1 MiB lines);
@@ -48,6 +49,8 @@ def main() -> int:
         target = Path.cwd() / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
+    for rel in step.get("delete", []):
+        (Path.cwd() / rel).unlink(missing_ok=True)
     reset = str(int(time.time() + float(step.get("reset_in", 0))))
     for line in step.get("stdout", []):
         sys.stdout.write(line.replace("{reset}", reset) + "\n")
