@@ -137,15 +137,21 @@ class AgentRun:
             what = f"{self.outcome} (exit {self.exit_code}{said})"
         else:
             what = f"exit {self.exit_code}"
-        extra = []
-        if self.cost_usd is not None:
-            extra.append(f"${self.cost_usd:.4f}")
-        if self.turns is not None:
-            extra.append(f"{self.turns} turn{'s' if self.turns != 1 else ''}")
-        if self.input_tokens is not None or self.output_tokens is not None:
-            extra.append(f"{self.input_tokens or 0} in / {self.output_tokens or 0} out tokens")
+        usage = self.usage()
         return f"agent `{name}` {what} in {self.duration:.1f} s" + (
-            f" ({', '.join(extra)})" if extra else "")
+            f" ({usage})" if usage else "")
+
+    def usage(self) -> str:
+        """What the agent reported: ``$0.0120, 3 turns, 300 in / 60 out tokens``; ``""`` when
+        it reported nothing."""
+        parts = []
+        if self.cost_usd is not None:
+            parts.append(f"${self.cost_usd:.4f}")
+        if self.turns is not None:
+            parts.append(f"{self.turns} turn{'s' if self.turns != 1 else ''}")
+        if self.input_tokens is not None or self.output_tokens is not None:
+            parts.append(f"{self.input_tokens or 0} in / {self.output_tokens or 0} out tokens")
+        return ", ".join(parts)
 
 
 #: Lines of stderr kept for the output reader (each cut to :data:`STDERR_LINE_BYTES`).

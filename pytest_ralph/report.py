@@ -20,7 +20,6 @@ from .prompt import excerpt, same_failure_counts
 from .results import CheckResults, atomic_write_text
 
 if TYPE_CHECKING:
-    from .agent import AgentRun
     from .loop import RunRecord
 
 _EXIT_MEANING = {0: "complete", 1: "stopped at a limit", 2: "interrupted", 3: "internal error",
@@ -160,7 +159,7 @@ def render_report(run: RunRecord) -> str:
             agent_cells = f"{code} | {it.agent.outcome}{said} | {it.agent.duration:.1f}"
         out.append(f"| {it.n} | {it.story or '-'} | {agent_cells} | "
                    f"{len(r.passing)}/{len(r.criteria)} | `{it.fingerprint or r.fingerprint}` | "
-                   f"{it.streak} | {_usage(it.agent) if it.agent else '-'} |")
+                   f"{it.streak} | {(it.agent.usage() or '-') if it.agent else '-'} |")
     out.append("")
     # Failures.
     if last.failing or last.errors:
@@ -278,18 +277,6 @@ def _reported(run: RunRecord) -> bool:
     """Whether any agent run of ``run`` reported a cost."""
     runs = [it.agent for it in run.iterations if it.agent is not None]
     return any(a.cost_usd is not None for a in [*runs, *(a for _, a, _ in run.attempts)])
-
-
-def _usage(agent: AgentRun) -> str:
-    """``$0.0120, 3 turns, 300 in / 60 out tokens``, or ``-`` when the agent reported none."""
-    parts = []
-    if agent.cost_usd is not None:
-        parts.append(f"${agent.cost_usd:.4f}")
-    if agent.turns is not None:
-        parts.append(f"{agent.turns} turn{'s' if agent.turns != 1 else ''}")
-    if agent.input_tokens is not None or agent.output_tokens is not None:
-        parts.append(f"{agent.input_tokens or 0} in / {agent.output_tokens or 0} out tokens")
-    return ", ".join(parts) or "-"
 
 
 def plural_stories(n: int) -> str:

@@ -295,3 +295,14 @@ def test_a_file_that_is_not_executable_is_named_as_such(tmp_path: Path) -> None:
     script.chmod(0o644)
     with pytest.raises(AgentCommandError, match=r"exists but is not executable.*python \./agent"):
         resolve_executable(["./agent.py"], tmp_path)
+
+
+def test_usage_and_describe_show_what_the_agent_reported() -> None:
+    run = AgentRun(("claude", "-p"), "ok", 0, 12.5, Path("agent.log"), "", cost_usd=0.012,
+                   turns=1, input_tokens=300, output_tokens=60)
+    assert run.usage() == "$0.0120, 1 turn, 300 in / 60 out tokens"
+    assert run.describe() == ("agent `claude` exit 0 in 12.5 s ($0.0120, 1 turn, 300 in / 60 "
+                              "out tokens)")
+    bare = AgentRun(("aider",), "api-error", 1, 2.0, Path("agent.log"), "", detail="HTTP 500")
+    assert bare.usage() == ""
+    assert bare.describe() == "agent `aider` api-error (exit 1: HTTP 500) in 2.0 s"
