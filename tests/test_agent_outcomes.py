@@ -90,6 +90,12 @@ class Project:
                                "--ralph", *args], cwd=self.root, env=self.env, text=True,
                               capture_output=True, timeout=timeout)
 
+    def status(self) -> subprocess.CompletedProcess[str]:
+        """``pytest --ralph-status`` in the project."""
+        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                               "--ralph-status"], cwd=self.root, env=self.env, text=True,
+                              capture_output=True, timeout=60)
+
     def calls(self) -> list[dict[str, Any]]:
         path = self.plan.with_name(self.plan.name + ".calls.jsonl")
         return [json.loads(line) for line in path.read_text().splitlines()]
@@ -165,9 +171,7 @@ def test_a_rate_limit_pauses_until_the_stated_reset_without_spending_an_iteratio
     report = project.report()
     assert "## Rate-limited agent runs" in report
     assert "- Rate limits: 1 agent run(s) rate-limited" in report
-    status = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                             "--ralph-status"], cwd=project.root, env=project.env, text=True,
-                            capture_output=True, timeout=60)
+    status = project.status()
     assert "  rate limited: 1 agent run(s)" in status.stdout, status.stdout
 
 
@@ -282,9 +286,7 @@ def test_three_stories_where_story_2_never_passes(tmp_path: Path) -> None:
     assert events[0]["stories"][0]["id"] == "US-002"
     assert events[0]["stories"][0]["failing"][0]["criterion"] == "US-002::AC1"
     assert [t["iteration"] for t in events[0]["stories"][0]["tried"]] == [2, 3, 4]
-    status = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                             "--ralph-status"], cwd=p.root, env=p.env, text=True,
-                            capture_output=True, timeout=60)
+    status = p.status()
     assert "  blocked: US-002: the same failure" in status.stdout, status.stdout
     assert "  agent cost: $0.0500" in status.stdout
 
@@ -400,9 +402,7 @@ def test_rate_limits_that_end_the_run_are_in_the_report_and_the_status(
     report = project.report()
     assert "The agent did not run properly 3 times in a row" in report
     assert "agent.rate-limited-3.log" in report and "### End of the last agent log" in report
-    status = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                             "--ralph-status"], cwd=project.root, env=project.env, text=True,
-                            capture_output=True, timeout=60)
+    status = project.status()
     assert "agent-error streak 3/3" in status.stdout, status.stdout
     assert "last agent run: iteration 1, rate-limited: " in status.stdout
 
