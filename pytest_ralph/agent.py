@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from .arming import CONTROLLER_ENV
 from .redact import Redactor
 
 if TYPE_CHECKING:
@@ -32,8 +33,6 @@ RAN_OUTCOMES = ("ok", "timeout")
 #: ``rate-limited`` as the CLI's structured output (or documented stderr format) says.
 OUTCOMES = ("ok", "exit-nonzero", "timeout", "not-found", "crash", "api-error", "rate-limited")
 
-#: Environment variable set for the agent: a Stop hook inside it must not drive a second loop.
-CONTROLLER_ENV = "PYTEST_RALPH_CONTROLLER"
 
 
 class AgentCommandError(ValueError):

@@ -27,7 +27,8 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from .history import DB_NAME, History, HistoryError, NoHistory, StoredRun
+from .arming import remove_marker
+from .history import DB_NAME, History, HistoryError, NoHistory, StoredDriver, StoredRun
 from .state import FILE_LOCKS, StateDir
 
 #: Exit code of ``--ralph-status`` / ``--ralph-cancel`` when the history cannot be read.
@@ -150,8 +151,16 @@ def _render(history: History, run: StoredRun, lock: _Lock, now: _dt.datetime) ->
     iterations = history.iterations(run.id, with_criteria=False)
     done = max((it.n for it in iterations), default=0)
     state = run.status
+    drv = history.driver(run.id)
     running = _running(run, lock) if run.status == "running" else False
-    if running:
+    if drv is not None and run.status == "running":
+        running = False
+        state = (f"driven by Claude Code session {drv.session_id} through its Stop hook"
+                 if drv.session_id else "armed for the Claude Code Stop hook: the first "
+                 "Claude Code session that stops in the project adopts it")
+    elif drv is not None:
+        state += " (a Claude Code run; `pytest --ralph-init --ralph-driver claude` arms a new one)"
+    elif running:
         state = f"running ({_where(run)})"
     elif running is None:
         state = (f"running according to the history, but whether its loop ({_where(run)}) "
@@ -161,7 +170,11 @@ def _render(history: History, run: StoredRun, lock: _Lock, now: _dt.datetime) ->
                  f"{run.hostname}) is gone: the next `pytest --ralph` resumes it")
     elif run.resumable:
         state += " (the next `pytest --ralph` resumes it; --ralph-new starts a new run)"
-    if running is False:  # ended, or crashed: the time up to its last record
+    if drv is not None and run.status == "running":
+        progress = (f"iteration {done}/{max_it} checked; the next check runs when the "
+                    "session stops" if iterations else "no check yet")
+        end = now
+    elif running is False:  # ended, or crashed: the time up to its last record
         progress = f"iteration {done}/{max_it}"
         end = run.finished or run.updated
     else:
@@ -234,7 +247,7 @@ def _others(history: History, shown: StoredRun, lock: _Lock) -> list[str]:
         (str(shown.prd),)).fetchall()
     for (prd,) in prds:
         run = history.last_run(Path(prd))
-        if run is None:
+        if run is None or history.driver(run.id) is not None:
             continue
         if run.status == "running":
             running = _running(run, lock)
@@ -292,6 +305,9 @@ def _cancel(state_root: Path) -> tuple[int, str]:
         run = _current(history, lock) or history.last_run()
         if run is None:
             return 0, f"pytest-ralph: nothing to cancel: no runs yet in {state_root}"
+        drv = history.driver(run.id)
+        if drv is not None:
+            return _disarm(history, run, drv)
         if run.status == "cancelled":
             return 0, (f"pytest-ralph: run {run.id} is already cancelled; `pytest --ralph` "
                        "resumes it")
@@ -327,3 +343,20 @@ def _cancel(state_root: Path) -> tuple[int, str]:
                        "--ralph` resumes it")
         return 0, (f"pytest-ralph: nothing to cancel: the last run {run.id} already ended "
                    f"({run.status})")
+
+
+def _disarm(history: History, run: StoredRun, drv: StoredDriver) -> tuple[int, str]:
+    """Cancel a run of the Claude Code Stop hook: mark it ``cancelled`` and remove its arming
+    file, so that the hook lets every session stop again (idempotent)."""
+    removed = remove_marker(drv.marker, run.id)
+    if run.status != "running":
+        note = f"; removed its arming file {drv.marker}" if removed else ""
+        return 0, (f"pytest-ralph: nothing to cancel: the Claude Code run {run.id} already "
+                   f"ended ({run.status}){note}")
+    history.request_cancel(run.id)
+    who = (f"Claude Code session {drv.session_id}" if drv.session_id else
+           "no session had adopted it yet")
+    history.finish_run(run.id, "cancelled", 2, f"disarmed by --ralph-cancel ({who})",
+                       _dt.datetime.now(_dt.timezone.utc))
+    return 0, (f"pytest-ralph: run {run.id} is disarmed ({who}): the Stop hook lets every "
+               f"session stop again; `pytest --ralph-init --ralph-driver claude` arms a new run")

@@ -17,7 +17,7 @@ Connection settings:
   with an explicit ``BEGIN IMMEDIATE`` ... ``COMMIT`` around every write call: each write
   call is exactly one transaction.
 
-Schema (version 2; ``STRICT`` tables when the runtime SQLite is 3.37 or newer; every time
+Schema (version 3; ``STRICT`` tables when the runtime SQLite is 3.37 or newer; every time
 is ISO 8601 UTC text such as ``2026-11-29T23:57:28.834000+00:00``, every duration is
 seconds, every ``JSON`` column is JSON text)::
 
@@ -59,6 +59,15 @@ seconds, every ``JSON`` column is JSON text)::
          PRIMARY KEY (run_id, n, story, criterion))
     events(id INTEGER PRIMARY KEY AUTOINCREMENT, run_id -> runs ON DELETE CASCADE,
          n INTEGER NULL, time TEXT, kind TEXT, message TEXT)
+    drivers(run_id PRIMARY KEY -> runs ON DELETE CASCADE,   -- v3: a run driven from
+         driver TEXT CHECK IN ('claude'),           -- outside (a Claude Code Stop hook)
+         marker TEXT,                               -- the arming file the hook looks for
+         inifile TEXT,                              -- '' when none
+         session_id TEXT,                           -- '' until a session adopts the run
+         armed TEXT, adopted TEXT NULL,
+         turn_started TEXT NULL,                    -- when the last block was answered
+         tree TEXT)                                 -- git tree id at that time ('' unknown)
+    -- a driven run keeps status 'running' with no pid between two Stops
 
 The schema version is kept in ``meta`` (and the file is tagged with ``PRAGMA application_id
 =`` :data:`APPLICATION_ID`). :data:`MIGRATIONS` ``[v]`` takes a database from version ``v``
@@ -99,7 +108,7 @@ from .oracle import Change
 from .results import CheckResults, CriterionResult
 
 #: The schema version this module writes and reads.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: File name of the history in the state folder.
 DB_NAME = "ralph.db"
@@ -275,9 +284,27 @@ def _migrate_v2(conn: sqlite3.Connection, strict: bool) -> None:
     conn.execute("CREATE INDEX agent_attempts_by_run ON agent_attempts (run_id, id)")
 
 
+def _migrate_v3(conn: sqlite3.Connection, strict: bool) -> None:
+    """Version 2 -> 3 (frozen): runs driven by a Claude Code Stop hook instead of an outer
+    loop process (:mod:`pytest_ralph.driver`)."""
+    end = ") STRICT" if strict else ")"
+    conn.execute(f"""CREATE TABLE drivers (
+        run_id TEXT PRIMARY KEY NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        driver TEXT NOT NULL CHECK (driver IN ('claude')),
+        marker TEXT NOT NULL,
+        inifile TEXT NOT NULL DEFAULT '',
+        session_id TEXT NOT NULL DEFAULT '',
+        armed TEXT NOT NULL,
+        adopted TEXT,
+        turn_started TEXT,
+        tree TEXT NOT NULL DEFAULT ''
+    {end}""")
+
+
 #: ``MIGRATIONS[v](conn, strict)`` takes the schema from version ``v`` to ``v + 1`` inside
 #: the caller's transaction; ``strict`` says whether STRICT tables may be used.
-MIGRATIONS: list[Callable[[sqlite3.Connection, bool], None]] = [_create_v1, _migrate_v2]
+MIGRATIONS: list[Callable[[sqlite3.Connection, bool], None]] = [_create_v1, _migrate_v2,
+                                                                 _migrate_v3]
 
 
 # -- stored rows -----------------------------------------------------------------------------
@@ -328,6 +355,35 @@ class StoredRun:
         """Whether the status is one the next ``pytest --ralph`` continues
         (:data:`RESUMABLE`)."""
         return self.status in RESUMABLE
+
+
+@dataclass(frozen=True)
+class StoredDriver:
+    """One row of ``drivers``: how a run driven by a Claude Code Stop hook is wired.
+
+    Attributes:
+        run_id: the run.
+        driver: ``claude``.
+        marker: the arming file the hook looks for (see :mod:`pytest_ralph.arming`).
+        inifile: the configuration file each check phase uses, or ``None``.
+        session_id: the Claude Code session that adopted the run; ``""`` until one does.
+        armed: UTC time the run was armed.
+        adopted: UTC time a session adopted it, or ``None``.
+        turn_started: UTC time the hook last blocked a stop (the agent's turn began), or
+            ``None``.
+        tree: the git tree id taken at that time (see :func:`pytest_ralph.gitdiff.
+            tree_snapshot`), ``""`` when unknown.
+    """
+
+    run_id: str
+    driver: str
+    marker: Path
+    inifile: Path | None
+    session_id: str
+    armed: _dt.datetime
+    adopted: _dt.datetime | None
+    turn_started: _dt.datetime | None
+    tree: str
 
 
 @dataclass(frozen=True)
@@ -915,6 +971,8 @@ class History:
     def mark_crashed_if_dead(self, is_alive: Callable[[int], bool], *,
                              hostname: str | None = None) -> list[str]:
         """Turn every ``running`` run of this host whose process is gone into ``crashed``.
+        Driven runs (a row in ``drivers``) have no process between two Stops and are left
+        alone.
 
         Runs of other hosts are left alone (their pids mean nothing here). A run without
         a pid is taken as dead. The caller that holds the state-folder lock knows no other
@@ -935,7 +993,8 @@ class History:
         marked: list[str] = []
         with self._write() as conn:
             rows = conn.execute("SELECT id, pid FROM runs WHERE status = 'running' AND "
-                                "hostname = ? ORDER BY started, id", (host,)).fetchall()
+                                "hostname = ? AND id NOT IN (SELECT run_id FROM drivers) "
+                                "ORDER BY started, id", (host,)).fetchall()
             now = _iso(_now())
             for run_id, pid in rows:
                 if pid is not None and is_alive(int(pid)):
@@ -947,6 +1006,99 @@ class History:
                 self._event(conn, run_id, None, "status", f"crashed: {reason}")
                 marked.append(str(run_id))
         return marked
+
+    def arm_run(self, run_id: str, *, prd: Path, rootdir: Path, settings: Mapping[str, Any],
+                armed: _dt.datetime, hostname: str, oracle: Mapping[str, Any],
+                driver: str, marker: Path, inifile: Path | None) -> None:
+        """Record a run driven from outside (status ``running``, no pid) and its ``drivers``
+        row, in one transaction.
+
+        Args:
+            run_id: the run id.
+            prd, rootdir, settings, hostname, oracle: as for :meth:`begin_run`.
+            armed: when it was armed (the run's start).
+            driver: ``claude``.
+            marker: the arming file the hook looks for.
+            inifile: the configuration file of its check phases, or ``None``.
+
+        Raises:
+            sqlite3.IntegrityError: a run with this id exists, or an unknown driver.
+            sqlite3.OperationalError: the database stayed locked for :data:`BUSY_TIMEOUT`.
+            HistoryError: the history is open read-only.
+        """
+        when = _iso(armed)
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO runs (id, prd, rootdir, agent_argv, settings, status, started, "
+                "updated, pid, hostname, oracle) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, NULL, "
+                "?, ?)",
+                (run_id, str(prd), str(rootdir), _json([driver]), _json(dict(settings)), when,
+                 when, hostname, _json(dict(oracle))))
+            conn.execute("INSERT INTO drivers (run_id, driver, marker, inifile, armed) "
+                         "VALUES (?, ?, ?, ?, ?)",
+                         (run_id, driver, str(marker), "" if inifile is None else str(inifile),
+                          when))
+            self._event(conn, run_id, None, "armed", f"armed for the {driver} Stop hook "
+                        f"({marker})")
+
+    def driver(self, run_id: str) -> StoredDriver | None:
+        """The ``drivers`` row of a run, or ``None`` for a run of ``pytest --ralph``."""
+        row = self._conn.execute(
+            "SELECT run_id, driver, marker, inifile, session_id, armed, adopted, turn_started, "
+            "tree FROM drivers WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            return None
+        rid, driver, marker, inifile, session, armed, adopted, turn, tree = row
+        return StoredDriver(str(rid), str(driver), Path(marker),
+                            Path(inifile) if inifile else None, str(session), _time(armed),
+                            None if adopted is None else _time(adopted),
+                            None if turn is None else _time(turn), str(tree))
+
+    def driven_runs(self) -> list[StoredRun]:
+        """Driven runs still ``running`` (armed, or adopted by a session), newest first."""
+        rows = self._conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'running' AND id IN "
+            "(SELECT run_id FROM drivers) ORDER BY started DESC, id DESC").fetchall()
+        return [_run(r) for r in rows]
+
+    def adopt(self, run_id: str, session_id: str) -> bool:
+        """Give an armed run to a session (the first Stop of that session). Only a run no
+        session has adopted yet can be adopted.
+
+        Returns:
+            ``True`` if ``session_id`` now owns the run (also when it already did).
+
+        Raises:
+            ValueError: an empty ``session_id``.
+            sqlite3.OperationalError: the database stayed locked for :data:`BUSY_TIMEOUT`.
+            HistoryError: the history is open read-only.
+        """
+        if not session_id:
+            raise ValueError("a session with an empty id never adopts a run")
+        now = _iso(_now())
+        with self._write() as conn:
+            cur = conn.execute("UPDATE drivers SET session_id = ?, adopted = ? "
+                               "WHERE run_id = ? AND session_id = ''", (session_id, now, run_id))
+            if cur.rowcount:
+                self._event(conn, run_id, None, "adopted",
+                            f"adopted by Claude Code session {session_id}")
+                return True
+            row = conn.execute("SELECT session_id FROM drivers WHERE run_id = ?",
+                               (run_id,)).fetchone()
+            return row is not None and row[0] == session_id
+
+    def set_turn(self, run_id: str, started: _dt.datetime, tree: str | None) -> None:
+        """Record that the hook blocked a stop at ``started`` (the agent's next turn begins)
+        with the git tree ``tree`` (``None``: unknown).
+
+        Raises:
+            KeyError: no such driven run.
+            HistoryError: the history is open read-only.
+        """
+        with self._write() as conn:
+            cur = conn.execute("UPDATE drivers SET turn_started = ?, tree = ? WHERE run_id = ?",
+                               (_iso(started), tree or "", run_id))
+            self._require(cur, run_id)
 
     @staticmethod
     def _event(conn: sqlite3.Connection, run_id: str, n: int | None, kind: str,

@@ -74,7 +74,7 @@ from .prompt import (
 from .redact import Redactor
 from .report import story_report, why, write_report
 from .results import CheckResults, CriterionResult
-from .settings import SPECS, Settings
+from .settings import Settings, to_json
 from .state import LockedError, RunDir, StateDir
 from .writeback import story_notes, story_verdicts, write_back
 
@@ -215,6 +215,31 @@ class RunRecord:
         return self.iterations[-1].blocked if self.iterations else {}
 
 
+@dataclass
+class _Cursor:
+    """The breaker's running counters between iterations: the identical-failure ``streak``,
+    the agent-error streak, the fingerprint the next check is compared with, and the story
+    the last agent run worked on."""
+
+    streak: int = 0
+    error_streak: int = 0
+    last_fp: str | None = None
+    last_story: str = ""
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """One agent turn to conclude: iteration ``n``, the story it was asked for, the agent
+    run, when it started, its folder, and the git tree before it (``None``: unknown)."""
+
+    n: int
+    story: Story | None
+    agent: AgentRun
+    started: _dt.datetime
+    folder: Path
+    tree: str | None
+
+
 def _now() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc)
 
@@ -289,6 +314,18 @@ class Loop:
                 agent not found, unreadable prompt template.
             NoCriteria: no PRD found, no stories, or the story filter matches none.
         """
+        prd = self.prepare_prd()
+        argv = self._resolve_agent()
+        self._template()
+        return prd, argv
+
+    def prepare_prd(self) -> PRD:
+        """Find and load the PRD and apply the story filter.
+
+        Raises:
+            LoopUsageError: bad PRD, unknown story ids mixed with known ones.
+            NoCriteria: no PRD found, no stories, or the story filter matches none.
+        """
         s = self.settings
         path = s.prd
         if path is None:
@@ -316,6 +353,15 @@ class Loop:
                 raise LoopUsageError(f"no story {', '.join(unknown)} (from "
                                      f"{s.sources.get('story')}) in {prd.path} (its stories: "
                                      f"{', '.join(known)})")
+        return prd
+
+    def _resolve_agent(self) -> list[str]:
+        """The agent argv from the settings.
+
+        Raises:
+            LoopUsageError: no agent configured, or its executable is not found.
+        """
+        s = self.settings
         if not s.agent:
             raise LoopUsageError("no agent configured: pass --ralph-agent CMD, or set ini "
                                  "ralph_agent or the environment variable PYTEST_RALPH_AGENT")
@@ -329,8 +375,7 @@ class Loop:
         except AgentCommandError as exc:
             source = s.sources.get("agent", "default")
             raise LoopUsageError(f"{exc} (agent from {source})") from None
-        self._template()
-        return prd, argv
+        return argv
 
     def _template(self) -> str:
         path = self.settings.prompt or template_path("prompt.md")
@@ -408,6 +453,18 @@ class Loop:
         """
         prd, argv = self.prepare()
         state = StateDir(self.settings.dir)
+        with self.locked(state):
+            return self._run_locked(prd, argv, state)
+
+    @contextmanager
+    def locked(self, state: StateDir) -> Iterator[None]:
+        """Hold the state folder's loop lock with the run history open (and a private
+        bytecode cache for the check phases) for the body; release all on the way out.
+
+        Raises:
+            LoopUsageError: another loop holds the lock, the folder cannot be used, or the
+                history cannot be opened.
+        """
         try:
             state.ensure()
             lock = state.lock()
@@ -428,7 +485,7 @@ class Loop:
             self._pycache = Path(tempfile.mkdtemp(prefix=PYCACHE_DIR_PREFIX))
             self._t0 = time.monotonic()
             try:
-                return self._run_locked(prd, argv, state)
+                yield
             finally:
                 self.history.close()
                 self._history = None
@@ -453,7 +510,16 @@ class Loop:
         for rid in self.history.mark_crashed_if_dead(lambda pid: False):
             self.history.add_event(rid, "crash", "found running without its loop: the loop "
                                    "process died (killed, power loss) before it ended the run")
+        for driven in self.history.driven_runs():
+            drv = self.history.driver(driven.id)
+            owner = (f"adopted by Claude Code session {drv.session_id}" if drv and
+                     drv.session_id else "waiting for a Claude Code session to adopt it")
+            raise LoopUsageError(f"run {driven.id} of {driven.prd} is armed for the Claude Code "
+                                 f"Stop hook ({owner}); let it finish in Claude Code, or "
+                                 "disarm it with `pytest --ralph-cancel` first")
         last = self.history.last_run(prd.path)
+        if last is not None and self.history.driver(last.id) is not None:
+            last = None  # a run of the Stop hook is never resumed by an outer loop
         if last is not None and last.resumable and not self.new_run:
             run = self._resume(last, prd, argv, state)
         else:
@@ -500,7 +566,7 @@ class Loop:
     def _begin(self, run: RunRecord) -> None:
         assert run.oracle is not None
         self.history.begin_run(run.run_dir.id, prd=run.prd.path, rootdir=self.rootdir,
-                               argv=run.argv, settings=_settings_json(self.settings),
+                               argv=run.argv, settings=to_json(self.settings),
                                started=run.started, pid=os.getpid(),
                                hostname=socket.gethostname(),
                                oracle=snapshot_to_json(run.oracle))
@@ -531,7 +597,7 @@ class Loop:
                 "count that against the agent; restore them (if an agent made these changes), "
                 "or start a new run with the criteria as they are now: `pytest --ralph "
                 "--ralph-new` (or pass --ralph-allow-criteria-edits)")
-        new_settings = json.loads(json.dumps(_settings_json(self.settings), default=str))
+        new_settings = json.loads(json.dumps(to_json(self.settings), default=str))
         differ = [f"{k} {stored.settings.get(k)!r} -> {v!r}" for k, v in new_settings.items()
                   if k in stored.settings and stored.settings[k] != v]
         if list(stored.argv) != list(argv):
@@ -540,15 +606,20 @@ class Loop:
             self._print("pytest-ralph: the resumed run goes on with changed settings: "
                         + "; ".join(differ))
             self.history.update_run(stored.id, argv=argv, settings=new_settings)
-        for it in self.history.iterations(stored.id):
-            run.iterations.append(_record(it, run_dir))
-            run.flaky.update(it.flaky)
-        run.attempts = [(a.n, a.agent.to_agent_run(), a.pause)
-                        for a in self.history.attempts(stored.id)]
+        self._load_iterations(run)
         self.history.clear_cancel(stored.id)
         self.history.set_status(stored.id, "running", f"resumed after {stored.status}",
                                 pid=os.getpid(), hostname=socket.gethostname())
         return run
+
+    def _load_iterations(self, run: RunRecord) -> None:
+        """Fill ``run`` with its iterations, flaky criteria and rate-limited attempts from the
+        history."""
+        for it in self.history.iterations(run.run_dir.id):
+            run.iterations.append(_record(it, run.run_dir))
+            run.flaky.update(it.flaky)
+        run.attempts = [(a.n, a.agent.to_agent_run(), a.pause)
+                        for a in self.history.attempts(run.run_dir.id)]
 
     def _lost_runs(self, state: StateDir, prd: PRD, new_id: str) -> list[str]:
         """A warning when run folders of this PRD exist that the history does not know (the
@@ -597,35 +668,11 @@ class Loop:
         s = self.settings
         phase = self._phase_config(run.prd)
         if not run.iterations:
-            folder = run.run_dir.iteration_dir(0)
-            started = _now()
-            base = run_check_phase(self._bounded(phase), folder)
-            if not phase.expected and not base.criteria and not base.errors:
-                return self._stop(run, "no-criteria", EXIT_NO_CRITERIA,
-                                  f"{self._selection()} deselects every criterion of "
-                                  f"{run.prd.path}")
-            self._write_back(run.prd, base, state)
-            self._record(run, IterationRecord(0, base, None, "", 0, 0, started, folder,
-                                              fingerprint=self._fingerprint(run, base)), state)
-            self._print_baseline(run)
-            if base.complete:
-                return self._stop(run, "complete", EXIT_COMPLETE,
-                                  f"every criterion passed at the baseline check "
-                                  f"({len(base.criteria)}/{len(base.criteria)}); no agent run "
-                                  "was needed")
-        if not phase.expected:  # selected by -k/-m: the baseline says which criteria
-            phase = replace(phase, expected=tuple((c.story, c.criterion, c.text)
-                                                  for c in run.iterations[0].results.criteria))
-        # A resumed run carries on: its streak and last fingerprint; the agent-error streak
-        # starts again (the user was there to fix the agent).
-        streak = run.last.streak
-        error_streak = 0 if run.resumed_from else run.last.error_streak
-        last_fp = self._last_fingerprint(run)
-        prior = run.iterations[-2].blocked if len(run.iterations) > 1 else {}
-        if set(run.last.blocked) - set(prior):  # it blocked a story: the count starts again
-            streak, last_fp = 0, None
-        last_story = next((it.story for it in reversed(run.iterations[1:])
-                           if it.agent is not None and it.agent.ran), "")
+            stop = self._baseline(run, state, phase)
+            if stop is not None:
+                return stop
+        phase = self._expected(run, phase)
+        cur = self._cursor(run)
         template = self._template()
         n = run.last.n + 1
         while n <= s.max_iterations:
@@ -637,17 +684,7 @@ class Loop:
             self._check_state(run, state)
             started = _now()
             folder = run.run_dir.iteration_dir(n)
-            prd = self._reload(run)
-            prev = run.last.results
-            held = run.blocked
-            story = pick_story(prd, prev, held)
-            prompt = self._redactor.text(build_prompt(template, PromptContext(
-                prd, prev, n, s.max_iterations, self.rootdir,
-                state.read_progress_tail(PROGRESS_CHARS),
-                repeats=_repeats(run),
-                regressions=run.last.regressions, blocked=held,
-                last_change=run.last.diff or (NO_CHANGE if self._git and run.last.agent
-                                              is not None else ""))))
+            story, prompt = self._next_prompt(run, state, template, n)
             before = tree_snapshot(self.rootdir)
             agent_run = run_agent(argv, prompt=prompt, prompt_file=folder / "prompt.md",
                                   cwd=self.rootdir, timeout=self._agent_timeout(),
@@ -662,84 +699,166 @@ class Loop:
                            f"({agent_run.describe()}), so the cost limit cannot stop this run; "
                            "use --ralph-budget or --ralph-max-iterations to bound it")
             if agent_run.outcome == "rate-limited":
-                error_streak += 1
-                stop = self._rate_limited(run, n, started, agent_run, error_streak)
+                cur.error_streak += 1
+                stop = self._rate_limited(run, n, started, agent_run, cur.error_streak)
                 if stop is not None:
                     return stop
                 continue
-            after = tree_snapshot(self.rootdir) if before is not None else None
-            self._git = after is not None
-            diff = diff_stat(self.rootdir, before, after) if before and after else ""
-            results = run_check_phase(self._bounded(phase), folder)
-            results, flaky = self._recheck(run, phase, prev, results, folder)
-            changes = self._changes(run, phase)
-            if changes and not s.allow_criteria_edits:
-                results = apply(results, changes)
-            self._write_back(prd, results, state)
-            fp = self._fingerprint(run, results)
-            if agent_run.ran:
-                if changes and not s.allow_criteria_edits:
-                    streak += 1  # an edited oracle is never progress
-                else:
-                    # The same failure while working on the same story: a story whose turn
-                    # comes starts its own count (it is blocked, not the run, at the limit).
-                    same = fp == last_fp and (story.id if story else "") == last_story
-                    streak = streak + 1 if same else 1
-                    last_fp = fp
-                last_story = story.id if story else ""
-                error_streak = 0
-            else:
-                error_streak += 1
-            rec = IterationRecord(n, results, agent_run, story.id if story else "", streak,
-                                  error_streak, started, folder, _regressions(run, results),
-                                  fp, tuple(changes), flaky, diff=diff)
-            rec.blocked = self._blocked_after(run, rec)
-            newly = [sid for sid in rec.blocked if sid not in held]
-            failing_stories = {c.story for c in results.failing}
-            all_blocked = bool(failing_stories) and failing_stories <= set(rec.blocked)
-            self._record(run, rec, state)
-            if newly and not all_blocked and not results.complete:
-                # The loop changes course (another story, another prompt): the breaker's
-                # count starts again.
-                streak, last_fp = 0, None
-            self._print_block(run, rec)
-            state.append_progress(self._redactor.text(self._progress_entry(run, rec)))
-            if results.complete:
-                return self._stop(run, "complete", EXIT_COMPLETE,
-                                  f"every criterion passes ({len(results.criteria)}/"
-                                  f"{len(results.criteria)})")
-            if error_streak >= s.agent_errors:
-                return self._stop(run, "agent-error", EXIT_AGENT_ERROR,
-                                  f"the agent did not run properly in "
-                                  f"{plural(error_streak, 'iteration')} in a row (last: "
-                                  f"{agent_run.describe()}); see "
-                                  f"{agent_run.log_path}")
-            if all_blocked:
-                why_blocked = ("every remaining story is blocked (" + "; ".join(
-                    f"{sid}: {rec.blocked[sid]}" for sid in sorted(failing_stories)) + ")")
-                if streak >= s.breaker:
-                    span = f"iterations {n - streak + 1}-{n}" if streak > 1 else f"iteration {n}"
-                    why_blocked = (f"circuit breaker: the same failure (fingerprint {fp}) in "
-                                   f"{plural(streak, 'iteration')} in a row ({span}); "
-                                   + why_blocked)
-                run.pending_escalation = ("all-blocked", sorted(failing_stories))
-                return self._stop(run, "breaker", EXIT_BREAKER,
-                                  why_blocked + self._tampered(run))
-            if newly:
-                self._escalate(run, "story-blocked", newly)
-            elif streak >= s.breaker:
-                span = f"iteration {n}" if streak == 1 else f"iterations {n - streak + 1}-{n}"
-                run.pending_escalation = ("breaker", sorted({c.story for c in results.failing}))
-                return self._stop(run, "breaker", EXIT_BREAKER,
-                                  f"circuit breaker: the same failure (fingerprint {fp}) in "
-                                  f"{plural(streak, 'iteration')} in a row ({span}); the agent "
-                                  "is not making progress" + self._tampered(run))
+            stop = self._conclude(run, state, phase, cur, _Turn(n, story, agent_run, started,
+                                                                 folder, before))
+            if stop is not None:
+                return stop
             n += 1
+        return self._at_limit(run)
+
+    def _baseline(self, run: RunRecord, state: StateDir, phase: CheckPhaseConfig) -> int | None:
+        """Check every criterion before any agent run (iteration 0); the stop code when that
+        ends the run (complete, or nothing selected), else ``None``."""
+        folder = run.run_dir.iteration_dir(0)
+        started = _now()
+        base = run_check_phase(self._bounded(phase), folder)
+        if not phase.expected and not base.criteria and not base.errors:
+            return self._stop(run, "no-criteria", EXIT_NO_CRITERIA,
+                              f"{self._selection()} deselects every criterion of "
+                              f"{run.prd.path}")
+        self._write_back(run.prd, base, state)
+        self._record(run, IterationRecord(0, base, None, "", 0, 0, started, folder,
+                                          fingerprint=self._fingerprint(run, base)), state)
+        self._print_baseline(run)
+        if base.complete:
+            return self._stop(run, "complete", EXIT_COMPLETE,
+                              f"every criterion passed at the baseline check "
+                              f"({len(base.criteria)}/{len(base.criteria)}); no agent run "
+                              "was needed")
+        return None
+
+    def _expected(self, run: RunRecord, phase: CheckPhaseConfig) -> CheckPhaseConfig:
+        """``phase`` expecting the criteria the baseline selected (with ``-k``/``-m`` the
+        baseline says which)."""
+        if phase.expected:
+            return phase
+        return replace(phase, expected=tuple((c.story, c.criterion, c.text)
+                                             for c in run.iterations[0].results.criteria))
+
+    def _cursor(self, run: RunRecord) -> _Cursor:
+        """The breaker's counters to carry on with, rebuilt from the run's iterations."""
+        # A resumed run carries on: its streak and last fingerprint; the agent-error streak
+        # starts again (the user was there to fix the agent).
+        cur = _Cursor(streak=run.last.streak,
+                      error_streak=0 if run.resumed_from else run.last.error_streak,
+                      last_fp=self._last_fingerprint(run))
+        prior = run.iterations[-2].blocked if len(run.iterations) > 1 else {}
+        if set(run.last.blocked) - set(prior):  # it blocked a story: the count starts again
+            cur.streak, cur.last_fp = 0, None
+        cur.last_story = next((it.story for it in reversed(run.iterations[1:])
+                               if it.agent is not None and it.agent.ran), "")
+        return cur
+
+    def _next_prompt(self, run: RunRecord, state: StateDir, template: str,
+                     n: int) -> tuple[Story | None, str]:
+        """The story iteration ``n`` works on and its prompt (secrets redacted), from the PRD
+        as it is now and the last check."""
+        s = self.settings
+        prd = self._reload(run)
+        prev = run.last.results
+        held = run.blocked
+        story = pick_story(prd, prev, held)
+        prompt = self._redactor.text(build_prompt(template, PromptContext(
+            prd, prev, n, s.max_iterations, self.rootdir,
+            state.read_progress_tail(PROGRESS_CHARS),
+            repeats=_repeats(run),
+            regressions=run.last.regressions, blocked=held,
+            last_change=run.last.diff or (NO_CHANGE if self._git and run.last.agent
+                                          is not None else ""))))
+        return story, prompt
+
+    def _conclude(self, run: RunRecord, state: StateDir, phase: CheckPhaseConfig,
+                  cur: _Cursor, turn: _Turn) -> int | None:
+        """Check what the agent's turn left, record iteration ``turn.n``, and decide: the stop
+        code (complete, agent errors, all stories blocked, breaker), or ``None`` to go on.
+        ``cur`` is updated in place."""
+        s = self.settings
+        n, story, agent_run, before = turn.n, turn.story, turn.agent, turn.tree
+        prev = run.last.results
+        held = run.blocked
+        after = tree_snapshot(self.rootdir) if before is not None else None
+        self._git = after is not None
+        diff = diff_stat(self.rootdir, before, after) if before and after else ""
+        results = run_check_phase(self._bounded(phase), turn.folder)
+        results, flaky = self._recheck(run, phase, prev, results, turn.folder)
+        changes = self._changes(run, phase)
+        if changes and not s.allow_criteria_edits:
+            results = apply(results, changes)
+        self._write_back(run.prd, results, state)
+        fp = self._fingerprint(run, results)
+        if agent_run.ran:
+            if changes and not s.allow_criteria_edits:
+                cur.streak += 1  # an edited oracle is never progress
+            else:
+                # The same failure while working on the same story: a story whose turn
+                # comes starts its own count (it is blocked, not the run, at the limit).
+                same = fp == cur.last_fp and (story.id if story else "") == cur.last_story
+                cur.streak = cur.streak + 1 if same else 1
+                cur.last_fp = fp
+            cur.last_story = story.id if story else ""
+            cur.error_streak = 0
+        else:
+            cur.error_streak += 1
+        streak, error_streak = cur.streak, cur.error_streak
+        rec = IterationRecord(n, results, agent_run, story.id if story else "", streak,
+                              error_streak, turn.started, turn.folder,
+                              _regressions(run, results), fp, tuple(changes), flaky, diff=diff)
+        rec.blocked = self._blocked_after(run, rec)
+        newly = [sid for sid in rec.blocked if sid not in held]
+        failing_stories = {c.story for c in results.failing}
+        all_blocked = bool(failing_stories) and failing_stories <= set(rec.blocked)
+        self._record(run, rec, state)
+        if newly and not all_blocked and not results.complete:
+            # The loop changes course (another story, another prompt): the breaker's
+            # count starts again.
+            cur.streak, cur.last_fp = 0, None
+        self._print_block(run, rec)
+        state.append_progress(self._redactor.text(self._progress_entry(run, rec)))
+        if results.complete:
+            return self._stop(run, "complete", EXIT_COMPLETE,
+                              f"every criterion passes ({len(results.criteria)}/"
+                              f"{len(results.criteria)})")
+        if error_streak >= s.agent_errors:
+            return self._stop(run, "agent-error", EXIT_AGENT_ERROR,
+                              f"the agent did not run properly in "
+                              f"{plural(error_streak, 'iteration')} in a row (last: "
+                              f"{agent_run.describe()}); see "
+                              f"{agent_run.log_path}")
+        if all_blocked:
+            why_blocked = ("every remaining story is blocked (" + "; ".join(
+                f"{sid}: {rec.blocked[sid]}" for sid in sorted(failing_stories)) + ")")
+            if streak >= s.breaker:
+                span = f"iterations {n - streak + 1}-{n}" if streak > 1 else f"iteration {n}"
+                why_blocked = (f"circuit breaker: the same failure (fingerprint {fp}) in "
+                               f"{plural(streak, 'iteration')} in a row ({span}); "
+                               + why_blocked)
+            run.pending_escalation = ("all-blocked", sorted(failing_stories))
+            return self._stop(run, "breaker", EXIT_BREAKER,
+                              why_blocked + self._tampered(run))
+        if newly:
+            self._escalate(run, "story-blocked", newly)
+        elif streak >= s.breaker:
+            span = f"iteration {n}" if streak == 1 else f"iterations {n - streak + 1}-{n}"
+            run.pending_escalation = ("breaker", sorted({c.story for c in results.failing}))
+            return self._stop(run, "breaker", EXIT_BREAKER,
+                              f"circuit breaker: the same failure (fingerprint {fp}) in "
+                              f"{plural(streak, 'iteration')} in a row ({span}); the agent "
+                              "is not making progress" + self._tampered(run))
+        return None
+
+    def _at_limit(self, run: RunRecord) -> int:
+        """Stop at the iteration limit (exit 1)."""
         last = run.last.results
         failing = plural(len(last.failing), "criterion", "criteria")
         return self._stop(run, "limit", EXIT_LIMIT,
-                          f"stopped at the iteration limit ({s.max_iterations}) with {failing} "
-                          "still failing" + (" and check-phase errors" if last.errors else "")
+                          f"stopped at the iteration limit ({self.settings.max_iterations}) "
+                          f"with {failing} still failing"
+                          + (" and check-phase errors" if last.errors else "")
                           + self._tampered(run))
 
     # -- budgets, rate limits, blocked stories, escalation -------------------------------
@@ -1087,7 +1206,9 @@ class Loop:
         run.status, run.exit_code, run.reason = status, code, reason
         return code
 
-    def _finish(self, run: RunRecord, state: StateDir) -> None:
+    def _finish(self, run: RunRecord, state: StateDir) -> Path:
+        """End the run: history, ``run.json``, progress.txt, the report (its path is
+        returned), a pending escalation."""
         run.finished = _now()
         with contextlib.suppress(LoopUsageError):
             self._check_state(run, state)
@@ -1109,6 +1230,7 @@ class Loop:
         self._print(f"pytest-ralph: {run.status} (exit {run.exit_code}) after {max(n, 0)} "
                     f"iteration{'s' if n != 1 else ''}: {run.reason}\n"
                     f"pytest-ralph: report {path}")
+        return path
 
     # -- output ------------------------------------------------------------------------------
 
@@ -1265,15 +1387,6 @@ def _db_signature(db: Path) -> tuple[object, ...]:
             continue
         out.append((st.st_ino, st.st_size, st.st_mtime_ns))
     return tuple(out)
-
-
-def _settings_json(settings: Settings) -> dict[str, object]:
-    """The settings as a JSON-ready dict (paths as text), for the history."""
-    out: dict[str, object] = {}
-    for spec in SPECS:
-        value = getattr(settings, spec.name)
-        out[spec.name] = str(value) if isinstance(value, Path) else value
-    return out
 
 
 def _record(it: StoredIteration, run_dir: RunDir) -> IterationRecord:

@@ -84,6 +84,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ralph-cancel", action="store_true", default=False,
                     help="Stop the loop running on the state folder (it exits 2 and can be "
                          "resumed with --ralph); idempotent.")
+    group.addoption("--ralph-init", action="store_true", default=False,
+                    help="With --ralph-driver claude: install the Claude Code Stop hook in "
+                         ".claude/settings.json and arm a run that the next Claude Code "
+                         "session adopts.")
+    group.addoption("--ralph-driver", action="store", default=None, choices=("claude",),
+                    help="What drives the loop for --ralph-init: 'claude' (a Claude Code "
+                         "session, through its Stop hook).")
+    group.addoption("--ralph-doctor", action="store_true", default=False,
+                    help="Check the Claude Code wiring: the Stop hook command in "
+                         ".claude/settings.json exists and answers a sample payload.")
     group.addoption("--ralph-results", action="store", default=None, metavar="PATH",
                     help=argparse.SUPPRESS)
     for spec in SPECS:
@@ -149,23 +159,26 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """
     if _is_child():
         return None
-    if config.getoption("ralph_status") or config.getoption("ralph_cancel"):
+    alone = ("ralph_status", "ralph_cancel", "ralph_init", "ralph_doctor")
+    if any(config.getoption(dest) for dest in alone):
         given = [name for dest, name in (("ralph_status", "--ralph-status"),
                                          ("ralph_cancel", "--ralph-cancel"),
+                                         ("ralph_init", "--ralph-init"),
+                                         ("ralph_doctor", "--ralph-doctor"),
                                          ("ralph", "--ralph"),
                                          ("ralph_dry_run", "--ralph-dry-run"))
                  if config.getoption(dest)]
         if len(given) > 1:
             raise pytest.UsageError(
                 f"pytest-ralph: {given[0]} cannot be used with {' or '.join(given[1:])} "
-                "(--ralph-status and --ralph-cancel look at or stop the loop of the state "
-                "folder and exit; run each on its own)")
-        from .control import cancel, status
-
-        root = get_settings(config).dir
-        code, text = cancel(root) if config.getoption("ralph_cancel") else status(root)
+                "(--ralph-status, --ralph-cancel, --ralph-init and --ralph-doctor each do one "
+                "thing and exit; run each on its own)")
+        code, text = _command(config, given[0])
         (_err if code else _out)(text)
         return code
+    if config.getoption("ralph_driver"):
+        raise pytest.UsageError("pytest-ralph: --ralph-driver goes with --ralph-init "
+                                "(`pytest --ralph-init --ralph-driver claude`)")
     if not (config.getoption("ralph") or config.getoption("ralph_dry_run")):
         return None
     dry = "use --ralph-dry-run to see what the loop would do"
@@ -198,6 +211,33 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
         _err(f"pytest-ralph: internal error: {sys.exc_info()[1]!r}; the traceback is in "
              f"{name}; please report it")
         return EXIT_INTERNAL
+
+
+def _command(config: pytest.Config, flag: str) -> tuple[int, str]:
+    """Run ``--ralph-status``, ``--ralph-cancel``, ``--ralph-init`` or ``--ralph-doctor``;
+    return ``(exit code, text)``.
+
+    Raises:
+        pytest.UsageError: ``--ralph-init`` without ``--ralph-driver``.
+    """
+    settings = get_settings(config)
+    if flag == "--ralph-init":
+        if config.getoption("ralph_driver") != "claude":
+            raise pytest.UsageError(
+                "pytest-ralph: --ralph-init needs a driver: `pytest --ralph-init --ralph-driver "
+                "claude` arms a loop for Claude Code (project scaffolding is not there yet)")
+        from .driver import arm
+
+        return arm(settings, rootdir=config.rootpath, inifile=config.inipath,
+                   python=sys.executable,
+                   pythonpath=tuple(Path(p) for p in _ini_pythonpath(config)))
+    if flag == "--ralph-doctor":
+        from .doctor import doctor
+
+        return doctor(config.rootpath)
+    from .control import cancel, status
+
+    return cancel(settings.dir) if flag == "--ralph-cancel" else status(settings.dir)
 
 
 def _ini_pythonpath(config: pytest.Config) -> list[str]:

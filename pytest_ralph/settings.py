@@ -116,6 +116,9 @@ SPECS: tuple[Spec, ...] = (
     Spec("verifier", "Judge command for text criteria that ralph_checks does not map: gets "
          "the criterion as JSON on stdin, answers {\"verdict\": \"pass\"|\"fail\", "
          "\"evidence\": ...} on stdout.", "str", None),
+    Spec("promise", "Completion promise for the Claude Code driver: besides every criterion "
+         "passing, the session's final message must hold the line <promise>TEXT</promise>.",
+         "str", None, "--ralph-promise", metavar="TEXT"),
 )
 
 SPEC_BY_NAME = {s.name: s for s in SPECS}
@@ -157,6 +160,7 @@ class Settings:
     gate: str
     checks: tuple[tuple[str, str], ...]
     verifier: str | None
+    promise: str | None
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -205,6 +209,48 @@ def resolve(
     values["dir"] = (rootdir / values["dir"]) if not Path(values["dir"]).is_absolute() else (
         Path(values["dir"]))
     return Settings(**values, sources=sources)
+
+
+def to_json(settings: Settings) -> dict[str, Any]:
+    """The settings as a JSON-ready dict by setting name (paths as text, tuples as lists), as
+    the run history stores them."""
+    out: dict[str, Any] = {}
+    for spec in SPECS:
+        value = getattr(settings, spec.name)
+        if isinstance(value, Path):
+            value = str(value)
+        elif isinstance(value, tuple):
+            value = [list(v) if isinstance(v, tuple) else v for v in value]
+        out[spec.name] = value
+    return out
+
+
+def from_json(data: Mapping[str, Any], source: str) -> Settings:
+    """Settings rebuilt from :func:`to_json` output (a run's stored settings). A setting
+    missing from ``data`` (stored by an older version) takes its default.
+
+    Args:
+        data: setting name -> JSON value.
+        source: where they came from, for :attr:`Settings.sources` (``"run 2026...
+            armed settings"``).
+
+    Raises:
+        SettingsError: a value of the wrong type or out of range.
+    """
+    values: dict[str, Any] = {}
+    for spec in SPECS:
+        raw = data.get(spec.name)
+        if raw is None or (spec.kind in ("list", "mapping") and not raw):
+            values[spec.name] = spec.default
+        elif spec.kind == "mapping":
+            values[spec.name] = tuple((str(k), str(v)) for k, v in raw)
+        elif spec.kind == "path":
+            values[spec.name] = Path(str(raw))
+        else:
+            values[spec.name] = _convert(spec, raw, source, Path.cwd())
+    if values["dir"] is None:
+        raise SettingsError(f"dir from {source}: expected a path; got nothing")
+    return Settings(**values, sources={spec.name: source for spec in SPECS})
 
 
 def _given(value: Any) -> bool:

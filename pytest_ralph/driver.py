@@ -1,0 +1,383 @@
+"""The Claude Code driver: the loop of ``pytest --ralph``, one iteration per Stop event.
+
+Instead of an outer process that runs the agent, a Claude Code session *is* the agent: each
+time it ends a reply, its Stop hook (:mod:`pytest_ralph.hook`) calls :func:`on_stop`, which
+checks every criterion in a child pytest, records the iteration in the same run history as
+``pytest --ralph`` (:mod:`pytest_ralph.history`), and answers:
+
+- every criterion passes (and the completion promise, if one was asked for, is the final
+  message's own line): allow the stop; the run is ``complete`` and its report written;
+- criteria fail within the limits: block the stop with the next prompt as the ``reason``
+  (bounded well under Claude Code's 10,000-character cut) and a ``systemMessage``
+  ``ralph iteration n/max: k criteria failing``;
+- the iteration limit, the identical-failure breaker, every story blocked, the budget or
+  the cost limit: allow the stop with a ``systemMessage`` that says why and where the report
+  is.
+
+The first check of an armed run is the baseline (iteration 0), as in ``pytest --ralph``:
+the session's first turn was the user's own. Iteration ``n`` is the session's turn after
+the ``n``-th block. The loop's own limits bound it; ``stop_hook_active`` is not needed.
+
+Output format: the Claude Code hooks reference, https://code.claude.com/docs/en/hooks
+(``Stop`` decision control), as :mod:`pytest_ralph.stop_payload` writes it.
+
+This module does not import pytest (the check phase runs pytest in a child process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import io
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from .agent import AgentRun
+from .arming import MARKER, Armed, MarkerError, remove_marker, write_marker
+from .claude_settings import SettingsFileError, hook_command, merge_stop_hook
+from .gitdiff import tree_snapshot
+from .history import DB_NAME, History, HistoryError, NoHistory
+from .loop import (
+    EXIT_COMPLETE,
+    EXIT_USAGE,
+    Loop,
+    LoopUsageError,
+    NoCriteria,
+    RunRecord,
+    _db_signature,
+    _Turn,
+    plural,
+)
+from .oracle import snapshot_from_json, snapshot_to_json
+from .prd import PRDError, load_prd
+from .prompt import pick_story
+from .settings import Settings, SettingsError, from_json, to_json
+from .state import RunDir, StateDir
+from .stop_payload import (
+    MAX_REASON_CHARS,
+    StopPayload,
+    allow,
+    block,
+    bound_text,
+    find_promise,
+    last_message,
+)
+
+#: The driver name recorded in the history (``drivers.driver``) and given to
+#: ``--ralph-driver``.
+DRIVER = "claude"
+
+#: The agent argv recorded for a session's turn (the session is the agent).
+SESSION_ARGV = ("claude-code-session",)
+
+#: A prompt longer than this (UTF-16 units) is cut in the block ``reason``, which then
+#: points at the prompt file for the rest.
+REASON_PROMPT_CHARS = 7500
+
+#: Name of the per-run log of what the hook printed (in the run's folder).
+HOOK_LOG = "hook.log"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the hook prints.
+
+    Attributes:
+        stdout: ``""`` (allow the stop) or one JSON object (see :func:`pytest_ralph.
+            stop_payload.block` / :func:`~pytest_ralph.stop_payload.allow`).
+        stderr: text for stderr (shown in Claude Code's verbose mode), ``""`` for none.
+    """
+
+    stdout: str = ""
+    stderr: str = ""
+
+
+# -- arming ----------------------------------------------------------------------------------
+
+
+def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
+        pythonpath: tuple[Path, ...] = (), out: TextIO | None = None) -> tuple[int, str]:
+    """``pytest --ralph-init --ralph-driver claude``: install the Stop hook in
+    ``<rootdir>/.claude/settings.json`` (merged, idempotent) and arm a run, unless a driven
+    run is already armed or running.
+
+    Args:
+        settings: the effective settings; they are stored with the run and used by every
+            Stop of it.
+        rootdir: the project root (Claude Code's project folder).
+        inifile: the configuration file of the check phases, or ``None``.
+        python: the interpreter the hook command runs (``sys.executable``).
+        pythonpath: ini ``pythonpath`` folders, for the oracle snapshot.
+
+    Returns:
+        ``(exit code, text)``: 0 when the hook is installed and a run armed (or already
+        armed); :data:`pytest_ralph.loop.EXIT_USAGE` (4) with the reason otherwise (a
+        settings file that is not JSON, a bad PRD, a loop running on the state folder), or 5
+        when there is no PRD or no criterion.
+    """
+    lines: list[str] = []
+    try:
+        merged = merge_stop_hook(rootdir / ".claude" / "settings.json", hook_command(python))
+    except SettingsFileError as exc:
+        return EXIT_USAGE, f"pytest-ralph: {exc}"
+    lines.append(f"pytest-ralph: {merged.message}")
+    loop = Loop(settings, rootdir=rootdir, inifile=inifile, out=out or io.StringIO(),
+                python=python, pythonpath=pythonpath)
+    try:
+        prd = loop.prepare_prd()
+        state = StateDir(settings.dir)
+        with loop.locked(state):
+            history = loop.history
+            for run in history.driven_runs():
+                drv = history.driver(run.id)
+                owner = (f"adopted by Claude Code session {drv.session_id}" if drv and
+                         drv.session_id else "waiting for the first Stop of a Claude Code "
+                         "session")
+                lines.append(f"pytest-ralph: run {run.id} of {run.prd} is already armed "
+                             f"({owner}); nothing else to do (`pytest --ralph-cancel` "
+                             "disarms it)")
+                if drv is not None and not drv.marker.exists():  # lost: write it again
+                    write_marker(Armed(drv.marker, run.id, state.root, run.rootdir,
+                                       drv.session_id))
+                return 0, "\n".join(lines)
+            run_dir = state.new_run()
+            oracle = snapshot_to_json(loop._snapshot(prd))
+            marker = rootdir / MARKER
+            history.arm_run(run_dir.id, prd=prd.path, rootdir=rootdir,
+                            settings=to_json(settings), armed=_now(),
+                            hostname=socket.gethostname(), oracle=oracle, driver=DRIVER,
+                            marker=marker, inifile=inifile)
+            try:
+                write_marker(Armed(marker, run_dir.id, state.root, rootdir))
+            except MarkerError:
+                history.finish_run(run_dir.id, "cancelled", 2, "the arming file could not be "
+                                   "written", _now())
+                raise
+    except (LoopUsageError, MarkerError) as exc:
+        return EXIT_USAGE, "\n".join([*lines, f"pytest-ralph: {exc}"])
+    except NoCriteria as exc:
+        return 5, "\n".join([*lines, f"pytest-ralph: {exc}"])
+    n = sum(len(st.criteria) for st in prd.stories
+            if not settings.story or st.id in settings.story)
+    promise = (f"; it also needs the final message to hold the line <promise>{settings.promise}"
+               "</promise>" if settings.promise else "")
+    lines.append(
+        f"pytest-ralph: armed run {run_dir.id} on {prd.path} "
+        f"({plural(n, 'criterion', 'criteria')}; max iterations {settings.max_iterations}, "
+        f"breaker {settings.breaker}){promise}.\n"
+        f"pytest-ralph: the first Claude Code session in {rootdir} that ends a reply adopts it; "
+        "from then on, each time that session stops, its Stop hook checks every criterion and "
+        "gives it the next prompt until all pass. Start one with, for example:\n"
+        f"  claude \"Work on the user stories of {prd.path.name} until every acceptance "
+        "criterion passes.\"\n"
+        "pytest-ralph: `pytest --ralph-status` shows the run, `pytest --ralph-cancel` disarms "
+        "it, `pytest --ralph-doctor` checks the wiring.")
+    return 0, "\n".join(lines)
+
+
+# -- one Stop --------------------------------------------------------------------------------
+
+
+def on_stop(armed: Armed, payload: StopPayload, *, python: str = sys.executable) -> Answer:
+    """Answer one Stop event of the session that owns (or now adopts) the armed run.
+
+    Args:
+        armed: the arming file, as read by :func:`pytest_ralph.arming.read_marker`.
+        payload: the Stop payload; its ``session_id`` must be non-empty.
+        python: the interpreter of the check phase's child pytest.
+
+    Returns:
+        The :class:`Answer`. Never raises for a bad state: an unreadable history, a run that
+        is gone or ended, a loop holding the state folder, or a PRD that no longer loads all
+        allow the stop and say why on stderr.
+    """
+    state = StateDir(armed.state_dir)
+    db = state.root / DB_NAME
+    if not db.exists():
+        remove_marker(armed.path, armed.run)
+        return Answer(stderr=f"pytest-ralph: the run history {db} named by {armed.path} does "
+                             "not exist; the arming file was removed and the stop allowed")
+    try:
+        history = History.open(db, readonly=True)
+    except NoHistory:
+        remove_marker(armed.path, armed.run)
+        return Answer(stderr=f"pytest-ralph: no run history in {db}; the stop is allowed")
+    except HistoryError as exc:
+        return Answer(stderr=f"pytest-ralph: {exc}; the stop is allowed")
+    with history:
+        stored = history.run(armed.run)
+        drv = history.driver(armed.run)
+    if stored is None or drv is None:
+        remove_marker(armed.path, armed.run)
+        return Answer(stderr=f"pytest-ralph: run {armed.run} (named by {armed.path}) is not a "
+                             f"Claude Code run of {db}; the arming file was removed and the "
+                             "stop allowed")
+    if stored.status != "running":
+        remove_marker(armed.path, armed.run)
+        return Answer(stderr=f"pytest-ralph: run {armed.run} already ended ({stored.status}); "
+                             "the arming file was removed and the stop allowed")
+    if drv.session_id and drv.session_id != payload.session_id:
+        return Answer()  # another session's run: never block it
+    try:
+        settings = from_json(stored.settings, f"run {stored.id} (settings stored when armed)")
+    except SettingsError as exc:
+        return Answer(stderr=f"pytest-ralph: {exc}; the stop is allowed")
+    out = io.StringIO()
+    loop = _DrivenLoop(settings, rootdir=stored.rootdir, inifile=drv.inifile, out=out,
+                       python=python)
+    try:
+        with loop.locked(state):
+            answer = loop.stop(stored.id, armed, payload)
+    except LoopUsageError as exc:
+        answer = Answer(stderr=f"pytest-ralph: {exc}; the stop is allowed")
+    log = out.getvalue()
+    if log:
+        path = state.root / "runs" / stored.id / HOOK_LOG
+        with contextlib.suppress(OSError), path.open("a", encoding="utf-8") as f:
+            f.write(log)
+    stderr = "\n".join(t for t in (log.rstrip("\n"), answer.stderr) if t)
+    return Answer(answer.stdout, stderr)
+
+
+class _DrivenLoop(Loop):
+    """:class:`~pytest_ralph.loop.Loop` with one iteration per Stop event."""
+
+    def stop(self, run_id: str, armed: Armed, payload: StopPayload) -> Answer:
+        """One Stop, with the state folder locked and the history open."""
+        history = self.history
+        stored = history.run(run_id)
+        drv = history.driver(run_id)
+        if stored is None or drv is None or stored.status != "running":
+            return Answer(stderr=f"pytest-ralph: run {run_id} ended meanwhile; the stop is "
+                                 "allowed")
+        session = payload.session_id or ""
+        if not drv.session_id:
+            adopted = history.adopt(run_id, session)
+            self._db_sig = _db_signature(history.path)
+            if not adopted:  # another session was first
+                return Answer()
+            with contextlib.suppress(MarkerError):
+                write_marker(Armed(armed.path, run_id, armed.state_dir, armed.rootdir, session))
+            self._print(f"pytest-ralph: Claude Code session {session} adopted run {run_id}")
+        elif drv.session_id != session:
+            return Answer()
+        try:
+            prd = load_prd(stored.prd, max_bytes=self.settings.max_prd_bytes)
+        except PRDError as exc:
+            text = (f"pytest-ralph: the PRD of run {run_id} does not load, so the criteria "
+                    f"cannot be checked: {exc.describe()}")
+            return Answer(allow(text), text + "; the stop is allowed and the run stays armed")
+        state = StateDir(self.settings.dir)
+        run = RunRecord(prd=prd, settings=self.settings, argv=list(SESSION_ARGV),
+                        run_dir=RunDir(state.root / "runs" / run_id), started=stored.started)
+        run.run_dir.path.mkdir(parents=True, exist_ok=True)
+        try:
+            run.oracle = snapshot_from_json(stored.oracle)
+        except ValueError:
+            run.oracle = self._snapshot(prd)
+        self._load_iterations(run)
+        # The budget counts from when the run was armed.
+        self._t0 -= (_now() - stored.started).total_seconds()
+        phase = self._phase_config(prd)
+        message: str | None = ""
+        promise_missing = False
+        if not run.iterations:
+            code = self._baseline(run, state, phase)
+        else:
+            phase = self._expected(run, phase)
+            cur = self._cursor(run)
+            n = run.last.n + 1
+            started = drv.turn_started or _now()
+            story = pick_story(run.prd, run.last.results, run.blocked)
+            if self.settings.promise:
+                message = last_message(payload)
+            agent = AgentRun(argv=(*SESSION_ARGV, session), outcome="ok", exit_code=0,
+                             duration=max((_now() - started).total_seconds(), 0.0),
+                             log_path=(Path(payload.transcript_path) if payload.transcript_path
+                                       else run.run_dir.path / HOOK_LOG),
+                             log_tail="", detail=f"Claude Code session {session}")
+            code = self._conclude(run, state, phase, cur, _Turn(
+                n, story, agent, started, run.run_dir.iteration_dir(n), drv.tree or None))
+            if code == EXIT_COMPLETE and self.settings.promise:
+                if message is None:
+                    # The criteria pass; the promise cannot be looked for: never wedge.
+                    self._unstop(run)
+                    why = ("every criterion passes, but the final message cannot be read "
+                           f"(no last_assistant_message, transcript {payload.transcript_path!r}"
+                           " missing or unreadable) to look for the completion promise")
+                    self._set_turn(run)
+                    return Answer(allow(f"pytest-ralph: {why}; the run stays armed"),
+                                  f"pytest-ralph: {why}; the stop is allowed and the run "
+                                  "stays armed")
+                if not find_promise(message, self.settings.promise):
+                    self._unstop(run)
+                    code, promise_missing = None, True
+            if code is None and n >= self.settings.max_iterations:
+                code = self._at_limit(run)
+                if promise_missing:
+                    run.reason += ("; every criterion passes, but the final message never "
+                                   "held the completion promise line")
+        if code is None:
+            code = self._spent(run)
+        if code is not None:
+            report = self._finish(run, state)
+            remove_marker(armed.path, run_id)
+            n_done = max(len(run.iterations) - 1, 0)
+            text = (f"pytest-ralph: run {run_id} {run.status} after "
+                    f"{plural(n_done, 'iteration')}: {run.reason}; report {report}")
+            return Answer(allow(text), "")
+        return self._block(run, state, promise_missing)
+
+    def _set_turn(self, run: RunRecord) -> None:
+        """Record that the session's next turn starts now, with the git tree as it is."""
+        self.history.set_turn(run.run_dir.id, _now(), tree_snapshot(self.rootdir))
+        self._db_sig = _db_signature(self.history.path)
+
+    def _unstop(self, run: RunRecord) -> None:
+        """Take back a ``complete`` stop: the completion promise is still missing."""
+        run.status, run.exit_code, run.reason = "running", None, ""
+
+    def _block(self, run: RunRecord, state: StateDir, promise_missing: bool) -> Answer:
+        """Block the stop with the next iteration's prompt."""
+        s = self.settings
+        n = run.last.n + 1
+        folder = run.run_dir.iteration_dir(n)
+        failing = len(run.last.results.failing)
+        if promise_missing:
+            total = len(run.last.results.criteria)
+            prompt = (f"Every acceptance criterion of {run.prd.path.name} passes ({total}/"
+                      f"{total}), as the checks say. This loop also asks for a completion "
+                      "promise. If the work is really done, end your reply with this line, "
+                      "exactly, on its own:\n\n"
+                      f"<promise>{s.promise}</promise>\n\n"
+                      "If it is not done, keep working; the checks run again when you stop.")
+            system = (f"ralph iteration {n}/{s.max_iterations}: 0 criteria failing; waiting "
+                      "for the completion promise")
+        else:
+            _, prompt = self._next_prompt(run, state, self._template(), n)
+            if s.promise:
+                prompt += ("\n\n## Completion promise\n\nWhen every acceptance criterion "
+                           "passes, and only then, end your final message with this line, "
+                           f"exactly, on its own:\n\n<promise>{s.promise}</promise>\n\nThe "
+                           "promise alone completes nothing: the checks decide.")
+            system = (f"ralph iteration {n}/{s.max_iterations}: "
+                      f"{plural(failing, 'criterion', 'criteria')} failing")
+        prompt_file = folder / "prompt.md"
+        with contextlib.suppress(OSError):
+            prompt_file.write_text(prompt, encoding="utf-8")
+        reason = prompt
+        if len(prompt) > REASON_PROMPT_CHARS:
+            reason = (bound_text(prompt, REASON_PROMPT_CHARS) + f"\n\nThe whole prompt of "
+                      f"iteration {n} ({len(prompt)} characters) is in {prompt_file}: read "
+                      "it before you go on.")
+        self._set_turn(run)
+        self._save(run)
+        assert len(reason) < MAX_REASON_CHARS
+        return Answer(block(reason, system), "")
+
+
+def _now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
