@@ -7,8 +7,7 @@ names below are loaded on first use (PEP 562 module ``__getattr__``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # typing is not imported at run time: the Stop hook imports this package
 __version__ = "0.1.0"
 
 __all__ = ["PRD", "Criterion", "PRDError", "Problem", "Story", "__version__", "load_prd"]
@@ -23,6 +22,8 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from .model import PRD, Criterion, Story
     from .prd import PRDError, Problem, load_prd
 

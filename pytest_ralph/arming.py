@@ -26,16 +26,26 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Environment variable ``pytest --ralph`` sets for its agent runs: a Stop hook inside such a
-#: run must not drive a second loop (the hook does nothing when it is set).
-CONTROLLER_ENV = "PYTEST_RALPH_CONTROLLER"
+from .hook import CONTROLLER_ENV, MARKER_PARTS
+
+__all__ = [
+    "CONTROLLER_ENV",
+    "MARKER",
+    "MARKER_VERSION",
+    "MAX_MARKER_BYTES",
+    "Armed",
+    "MarkerError",
+    "read_marker",
+    "remove_marker",
+    "write_marker",
+]
 
 #: Where the arming file lives, relative to the project folder.
-MARKER = Path(".claude") / "pytest-ralph.local.json"
+MARKER = Path(*MARKER_PARTS)
 
 #: The format version this module writes and reads.
 MARKER_VERSION = 1
@@ -71,32 +81,6 @@ class Armed:
         """The file's JSON object."""
         return {"version": MARKER_VERSION, "run": self.run, "state_dir": str(self.state_dir),
                 "rootdir": str(self.rootdir), "session": self.session}
-
-
-def candidates(cwd: str, project_dir: str | None) -> list[Path]:
-    """Folders whose arming file the hook looks at, in order: ``$CLAUDE_PROJECT_DIR`` (set
-    by Claude Code for hooks), then the payload's ``cwd`` and each of its parents (a session
-    may have moved into a subfolder). Empty or relative values are skipped; no duplicates."""
-    out: list[Path] = []
-    if project_dir and os.path.isabs(project_dir):
-        out.append(Path(project_dir))
-    if cwd and os.path.isabs(cwd):
-        here = Path(cwd)
-        out += [here, *here.parents]
-    return list(dict.fromkeys(out))
-
-
-def find_marker(folders: Iterable[Path]) -> Path | None:
-    """The first arming file found in ``folders`` (see :func:`candidates`), or ``None``.
-    Costs one ``stat`` per folder; never raises."""
-    for folder in folders:
-        path = folder / MARKER
-        try:
-            if path.is_file():
-                return path
-        except OSError:  # a folder we may not look into
-            continue
-    return None
 
 
 def read_marker(path: Path) -> Armed:

@@ -46,7 +46,11 @@ DEFAULT_TIMEOUT = 600
 #: double quotes; an interpreter path holding one cannot be quoted safely for all of them.
 _WINDOWS_UNSAFE = '"$`%'
 # A command that runs our module, whatever the interpreter: "... -m pytest_ralph.hook [args]".
-_OURS = re.compile(r"(?:^|\s)-m\s+" + re.escape(HOOK_MODULE) + r"(?=\s|$)")
+#: The console script that runs the hook (``[project.scripts]`` in pyproject.toml).
+HOOK_SCRIPT = "pytest-ralph-hook"
+
+_OURS = re.compile(r"(?:^|\s)-m\s+" + re.escape(HOOK_MODULE) + r"(?=\s|$)"
+                   r"|(?:^|[\s/\\'\"])" + re.escape(HOOK_SCRIPT) + r"(?:\.exe)?['\"]?(?=\s|$)")
 
 
 class SettingsFileError(Exception):
@@ -112,7 +116,8 @@ def hook_command(python: str, *, windows: bool = os.name == "nt") -> str:
 
 
 def is_ralph_hook_command(command: object) -> bool:
-    """Whether a handler's ``command`` runs ``pytest_ralph.hook`` (with any interpreter)."""
+    """Whether a handler's ``command`` runs ``pytest_ralph.hook`` (``-m`` with any
+    interpreter, or the :data:`HOOK_SCRIPT` console script, bare or with a folder)."""
     return isinstance(command, str) and _OURS.search(command) is not None
 
 
@@ -149,8 +154,8 @@ def merge_stop_hook(settings_path: Path, command: str, *,
     if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     path = Path(settings_path)
-    settings = _read(path)
-    groups = _stop_groups(path, settings, create=True)
+    settings = read_settings(path)
+    groups = stop_groups(path, settings, create=True)
     assert groups is not None
     wanted = {"type": "command", "command": command, "timeout": timeout}
 
@@ -205,8 +210,8 @@ def remove_stop_hook(settings_path: Path) -> MergeResult:
     path = Path(settings_path)
     if not path.exists():
         return MergeResult(False, path, f"{path} does not exist: no Stop hook to remove")
-    settings = _read(path)
-    groups = _stop_groups(path, settings, create=False)
+    settings = read_settings(path)
+    groups = stop_groups(path, settings, create=False)
     touched: list[dict[str, Any]] = []
     if groups is not None:
         for group in groups:
@@ -252,7 +257,7 @@ def _kind(value: object) -> str:
     return "an object"
 
 
-def _read(path: Path) -> dict[str, Any]:
+def read_settings(path: Path) -> dict[str, Any]:
     """The parsed settings object; ``{}`` for a missing or blank file.
 
     Raises:
@@ -285,7 +290,7 @@ def _read(path: Path) -> dict[str, Any]:
     return settings
 
 
-def _stop_groups(path: Path, settings: dict[str, Any], *,
+def stop_groups(path: Path, settings: dict[str, Any], *,
                  create: bool) -> list[dict[str, Any]] | None:
     """``settings["hooks"]["Stop"]``, checked (and created when ``create``).
 

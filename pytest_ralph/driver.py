@@ -57,7 +57,6 @@ from .prompt import pick_story
 from .settings import Settings, SettingsError, from_json, to_json
 from .state import RunDir, StateDir
 from .stop_payload import (
-    MAX_REASON_CHARS,
     StopPayload,
     allow,
     block,
@@ -119,17 +118,18 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
         when there is no PRD or no criterion.
     """
     lines: list[str] = []
-    try:
-        merged = merge_stop_hook(rootdir / ".claude" / "settings.json", hook_command(python))
-    except SettingsFileError as exc:
-        return EXIT_USAGE, f"pytest-ralph: {exc}"
-    lines.append(f"pytest-ralph: {merged.message}")
     loop = Loop(settings, rootdir=rootdir, inifile=inifile, out=out or io.StringIO(),
                 python=python, pythonpath=pythonpath)
     try:
         prd = loop.prepare_prd()
         state = StateDir(settings.dir)
-        with loop.locked(state):
+        with loop.locked(state):  # the settings change only once arming can go ahead
+            try:
+                merged = merge_stop_hook(rootdir / ".claude" / "settings.json",
+                                         hook_command(python))
+            except SettingsFileError as exc:
+                return EXIT_USAGE, f"pytest-ralph: {exc}"
+            lines.append(f"pytest-ralph: {merged.message}")
             history = loop.history
             for run in history.driven_runs():
                 drv = history.driver(run.id)
@@ -146,7 +146,7 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
             run_dir = state.new_run()
             oracle = snapshot_to_json(loop._snapshot(prd))
             marker = rootdir / MARKER
-            history.arm_run(run_dir.id, prd=prd.path, rootdir=rootdir,
+            history.arm_run(run_dir.id, prd=prd.path, rootdir=rootdir, argv=SESSION_ARGV,
                             settings=to_json(settings), armed=_now(),
                             hostname=socket.gethostname(), oracle=oracle, driver=DRIVER,
                             marker=marker, inifile=inifile)
@@ -369,13 +369,12 @@ class _DrivenLoop(Loop):
         with contextlib.suppress(OSError):
             prompt_file.write_text(prompt, encoding="utf-8")
         reason = prompt
-        if len(prompt) > REASON_PROMPT_CHARS:
+        if bound_text(prompt, REASON_PROMPT_CHARS) != prompt:  # UTF-16 units, as Claude Code
             reason = (bound_text(prompt, REASON_PROMPT_CHARS) + f"\n\nThe whole prompt of "
                       f"iteration {n} ({len(prompt)} characters) is in {prompt_file}: read "
                       "it before you go on.")
         self._set_turn(run)
         self._save(run)
-        assert len(reason) < MAX_REASON_CHARS
         return Answer(block(reason, system), "")
 
 

@@ -525,6 +525,10 @@ class History:
         #: Whether the file has the version 2 tables (a reader may open a version 1 file).
         self.v2 = bool(conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
                                     "name = 'agent_attempts'").fetchone())
+        #: Whether the ``drivers`` table (schema 3) is there: a read-only open of an older
+        #: history (never migrated) has no driven runs.
+        self.v3 = bool(conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                                    "name = 'drivers'").fetchone())
         self._agent_columns = _AGENT_COLUMNS_V2 if self.v2 else _AGENT_COLUMNS
         self._iteration_columns = _ITERATION_COLUMNS + (", blocked, diff_stat" if self.v2
                                                         else "")
@@ -1007,15 +1011,17 @@ class History:
                 marked.append(str(run_id))
         return marked
 
-    def arm_run(self, run_id: str, *, prd: Path, rootdir: Path, settings: Mapping[str, Any],
-                armed: _dt.datetime, hostname: str, oracle: Mapping[str, Any],
-                driver: str, marker: Path, inifile: Path | None) -> None:
+    def arm_run(self, run_id: str, *, prd: Path, rootdir: Path, argv: Sequence[str],
+                settings: Mapping[str, Any], armed: _dt.datetime, hostname: str,
+                oracle: Mapping[str, Any], driver: str, marker: Path,
+                inifile: Path | None) -> None:
         """Record a run driven from outside (status ``running``, no pid) and its ``drivers``
         row, in one transaction.
 
         Args:
             run_id: the run id.
-            prd, rootdir, settings, hostname, oracle: as for :meth:`begin_run`.
+            prd, rootdir, argv, settings, hostname, oracle: as for :meth:`begin_run` (``argv``:
+                what stands for the agent, e.g. ``["claude-code-session"]``).
             armed: when it was armed (the run's start).
             driver: ``claude``.
             marker: the arming file the hook looks for.
@@ -1032,7 +1038,7 @@ class History:
                 "INSERT INTO runs (id, prd, rootdir, agent_argv, settings, status, started, "
                 "updated, pid, hostname, oracle) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, NULL, "
                 "?, ?)",
-                (run_id, str(prd), str(rootdir), _json([driver]), _json(dict(settings)), when,
+                (run_id, str(prd), str(rootdir), _json(list(argv)), _json(dict(settings)), when,
                  when, hostname, _json(dict(oracle))))
             conn.execute("INSERT INTO drivers (run_id, driver, marker, inifile, armed) "
                          "VALUES (?, ?, ?, ?, ?)",
@@ -1043,6 +1049,8 @@ class History:
 
     def driver(self, run_id: str) -> StoredDriver | None:
         """The ``drivers`` row of a run, or ``None`` for a run of ``pytest --ralph``."""
+        if not self.v3:
+            return None
         row = self._conn.execute(
             "SELECT run_id, driver, marker, inifile, session_id, armed, adopted, turn_started, "
             "tree FROM drivers WHERE run_id = ?", (run_id,)).fetchone()
@@ -1056,6 +1064,8 @@ class History:
 
     def driven_runs(self) -> list[StoredRun]:
         """Driven runs still ``running`` (armed, or adopted by a session), newest first."""
+        if not self.v3:
+            return []
         rows = self._conn.execute(
             f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = 'running' AND id IN "
             "(SELECT run_id FROM drivers) ORDER BY started DESC, id DESC").fetchall()

@@ -21,15 +21,93 @@ the reason on stderr.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from typing import BinaryIO
 
-from .arming import CONTROLLER_ENV, MarkerError, candidates, find_marker, read_marker
-from .stop_payload import parse_payload
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO
+
+#: Environment variable ``pytest --ralph`` sets for its agent runs: a Stop hook inside such a
+#: run must not drive a second loop (the hook does nothing when it is set).
+CONTROLLER_ENV = "PYTEST_RALPH_CONTROLLER"
+
+#: The arming file, relative to a project folder (see :mod:`pytest_ralph.arming`).
+MARKER_PARTS = (".claude", "pytest-ralph.local.json")
 
 #: Bytes of stdin read at most (a Stop payload with a long last message is well under this).
 MAX_STDIN_BYTES = 16 * 1024 * 1024
+
+
+def candidates(cwd: str, project_dir: str | None) -> list[str]:
+    """Folders whose arming file the hook looks at, in order: ``$CLAUDE_PROJECT_DIR`` (set
+    by Claude Code for hooks), then the payload's ``cwd`` and each of its parents (a session
+    may have moved into a subfolder). Empty or relative values are skipped; no duplicates.
+    Plain strings (:mod:`os.path`), so that the unarmed path imports nothing."""
+    out: list[str] = []
+    if project_dir and os.path.isabs(project_dir):
+        out.append(os.path.normpath(project_dir))
+    if cwd and os.path.isabs(cwd):
+        here = os.path.normpath(cwd)
+        while True:
+            out.append(here)
+            parent = os.path.dirname(here)
+            if parent == here:
+                break
+            here = parent
+    return list(dict.fromkeys(out))
+
+
+def find_marker(folders: list[str]) -> str | None:
+    """The first arming file found in ``folders`` (see :func:`candidates`), or ``None``.
+    One ``stat`` per folder; never raises."""
+    for folder in folders:
+        path = os.path.join(folder, *MARKER_PARTS)
+        try:
+            if os.path.isfile(path):
+                return path
+        except (OSError, ValueError):  # a folder we may not look into, a NUL in the path
+            continue
+    return None
+
+
+def _glance(data: bytes) -> tuple[dict[str, object] | None, str]:
+    """The payload as a JSON object (``None`` if it is not one) and a note when it is not:
+    a first look with :mod:`json` only, before anything else is imported."""
+    if not data.strip():
+        return None, "pytest-ralph hook: stdin is empty (no Stop payload); the stop is allowed"
+    try:
+        obj = json.loads(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, ValueError):
+        return None, ("pytest-ralph hook: stdin is not a UTF-8 JSON object (the Stop payload "
+                      "of the Claude Code hooks reference); the stop is allowed")
+    if not isinstance(obj, dict):
+        return None, (f"pytest-ralph hook: stdin holds a JSON {type(obj).__name__}, not the "
+                      "Stop payload object; the stop is allowed")
+    return obj, ""
+
+
+def _text(obj: dict[str, object] | None, *keys: str) -> str:
+    """The first string value of ``keys`` in ``obj``, stripped ("" when none)."""
+    for key in keys:
+        value = (obj or {}).get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return ""
+
+
+def _owner(marker: str) -> str | None:
+    """The session named by the arming file at ``marker`` ("" when none adopted the run
+    yet), or ``None`` when the file cannot be read as the small JSON object it should be
+    (the full reader then says why)."""
+    try:
+        with open(marker, "rb") as f:
+            obj = json.loads(f.read(65536).decode("utf-8-sig"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    session = obj.get("session") if isinstance(obj, dict) else None
+    return session if isinstance(session, str) else None
 
 
 def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None,
@@ -54,16 +132,35 @@ def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None,
         return 0
     if env.get(CONTROLLER_ENV):
         return 0  # an agent run of `pytest --ralph`: its controller decides, not this hook
+    obj, note = _glance(data)
+    event = _text(obj, "hook_event_name", "hookEventName")
+    if event and event.lower() != "stop":
+        return 0  # StopFailure (an API error) and others are not a normal stop
+    cwd = _text(obj, "cwd")
+    marker = find_marker(candidates(cwd, env.get("CLAUDE_PROJECT_DIR")
+                                    or (os.getcwd() if not cwd else None)))
+    if marker is None:
+        _say(err, note)
+        return 0
+    session = _text(obj, "session_id", "sessionId")
+    owner = _owner(marker)
+    if owner and session != owner:
+        _say(err, note)
+        return 0  # the run belongs to another session: never block it
+    return _armed(marker, data, out, err)
+
+
+def _armed(marker: str, data: bytes, out: BinaryIO, err: BinaryIO) -> int:
+    """The hook for the session that owns (or may adopt) the run armed by ``marker``."""
+    from pathlib import Path
+
+    from .arming import MarkerError, read_marker
+    from .stop_payload import parse_payload
+
     payload = parse_payload(data)
     notes = list(payload.problems)
-    if not payload.is_stop:
-        return 0
-    marker = find_marker(candidates(payload.cwd or "", env.get("CLAUDE_PROJECT_DIR")
-                                    or (os.getcwd() if not payload.cwd else None)))
-    if marker is None:
-        return 0
     try:
-        armed = read_marker(marker)
+        armed = read_marker(Path(marker))
     except MarkerError as exc:
         _say(err, "\n".join([*notes, f"pytest-ralph hook: {exc}; the stop is allowed"]))
         return 0
@@ -75,7 +172,7 @@ def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None,
         _say(err, "\n".join(notes))
         return 0
     if armed.session and armed.session != payload.session_id:
-        return 0  # the run belongs to another session
+        return 0
     try:
         from .driver import on_stop  # the heavy part: only for the session that owns the run
 

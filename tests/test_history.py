@@ -647,7 +647,7 @@ def test_a_schema_1_history_is_read_as_it_is_and_migrated_to_2_on_write(
         assert its[1].agent.outcome == "ok" and its[1].agent.cost_usd is None
         assert its[1].blocked == {} and h.attempts(RUN) == []
     with History.open(db) as h:
-        assert h.schema_version == SCHEMA_VERSION == 2 and h.v2
+        assert h.schema_version == SCHEMA_VERSION and h.v2
         its = h.iterations(RUN)
         assert its[1].agent is not None and its[1].agent.detail == "tail"
         assert its[1].agent.why == "" and its[1].agent.turns is None
@@ -702,3 +702,183 @@ def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(HistoryError, match=f"cannot open the run history {path}"):
         History.open(path)
     assert not path.parent.exists()
+
+
+# -- schema 3: runs driven by a Claude Code Stop hook -----------------------------------------
+
+
+def _arm(h: History, run_id: str, *, armed: dt.datetime = T0, driver: str = "claude",
+         inifile: Path | None = None, hostname: str = HOST) -> None:
+    h.arm_run(run_id, prd=Path("/w/prd.json"), rootdir=Path("/w"), argv=["claude-code-session"],
+              settings={"max_iterations": 3, "promise": None}, armed=armed, hostname=hostname,
+              oracle={"criteria": {}}, driver=driver,
+              marker=Path("/w/.claude/pytest-ralph.local.json"), inifile=inifile)
+
+
+def _v2_history(db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A history written by the schema-2 release: one run with a baseline, an iteration with
+    its agent run, a rate-limited attempt and a blocked story."""
+    monkeypatch.setattr(history_module, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(history_module, "MIGRATIONS", history_module.MIGRATIONS[:2])
+    with History.open(db) as h:
+        _begin(h)
+        _record(h, 0, _results(_crit("US-001", "AC1", "failed", "E   boom")))
+        h.record_attempt(RUN, 1, started=T0, pause=5.0,
+                         agent=AgentRun(("claude",), "rate-limited", 1, 1.0, Path("a.log"), ""))
+        _record(h, 1, _results(_crit("US-001", "AC1")), _agent(tmp_path, 1),
+                blocked={"US-002": "same failure 3 times"})
+        h.finish_run(RUN, "complete", 0, "every criterion passes (1/1)", T0)
+        assert h.schema_version == 2
+        assert "drivers" not in _tables(h.connection)
+    monkeypatch.undo()
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def test_a_schema_2_history_migrates_to_3_keeping_its_data(
+        db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _v2_history(db, tmp_path, monkeypatch)
+    with History.open(db, readonly=True) as h:  # a reader never migrates
+        assert h.schema_version == 2 and "drivers" not in _tables(h.connection)
+    with History.open(db) as h:
+        before_runs = h.runs()
+        assert h.schema_version == SCHEMA_VERSION == 3
+        assert "drivers" in _tables(h.connection)
+        assert _count(h.connection, "drivers") == 0
+        [run] = h.runs()
+        assert (run.id, run.status, run.exit_code) == (RUN, "complete", 0)
+        its = h.iterations(RUN)
+        assert [it.n for it in its] == [0, 1]
+        assert its[0].results.criteria[0].message == "E   boom"
+        assert its[1].agent is not None and its[1].agent.argv[0] == "claude"
+        assert its[1].blocked == {"US-002": "same failure 3 times"}
+        [attempt] = h.attempts(RUN)
+        assert (attempt.n, attempt.pause) == (1, 5.0)
+        assert h.driver(RUN) is None and h.driven_runs() == []
+        _arm(h, "driven")  # the new table works on the migrated file
+        assert [r.id for r in h.driven_runs()] == ["driven"]
+    with History.open(db) as h:  # reopening changes nothing
+        assert h.schema_version == 3
+        assert [r.id for r in h.runs() if r.id == RUN] == [r.id for r in before_runs]
+
+
+def test_a_schema_2_history_read_only_has_no_driven_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pytest --ralph-status` reads a history of the previous release without migrating it."""
+    from pytest_ralph.control import status
+
+    state = tmp_path / ".pytest_ralph"
+    state.mkdir()
+    db = state / "ralph.db"
+    _v2_history(db, tmp_path, monkeypatch)
+    with History.open(db, readonly=True) as h:
+        assert h.driver(RUN) is None
+        assert h.driven_runs() == []
+    code, text = status(state)
+    assert code == 0, text
+    assert f"run {RUN} of /w/prd.json" in text and "status: complete" in text
+    with History.open(db, readonly=True) as h:
+        assert h.schema_version == 2
+
+
+def test_arm_run_records_a_driven_run(db: Path) -> None:
+    with History.open(db) as h:
+        _arm(h, "r1", inifile=Path("/w/pytest.ini"))
+        _arm(h, "r2", armed=T0 + dt.timedelta(minutes=1))
+        _begin(h, "plain")
+        run = h.run("r1")
+        assert run is not None
+        assert (run.status, run.pid, run.hostname, run.argv) == ("running", None, HOST,
+                                                                  ("claude-code-session",))
+        assert run.started == run.updated == T0 and run.finished is None
+        assert run.settings == {"max_iterations": 3, "promise": None}
+        assert run.oracle == {"criteria": {}}
+        drv = h.driver("r1")
+        assert drv is not None
+        assert (drv.run_id, drv.driver, drv.marker, drv.inifile, drv.session_id) == (
+            "r1", "claude", Path("/w/.claude/pytest-ralph.local.json"), Path("/w/pytest.ini"),
+            "")
+        assert (drv.armed, drv.adopted, drv.turn_started, drv.tree) == (T0, None, None, "")
+        r2 = h.driver("r2")
+        assert r2 is not None and r2.inifile is None
+        assert h.driver("plain") is None and h.driver("nope") is None
+        assert [e.kind for e in h.events("r1")] == ["armed"]
+        assert "/w/.claude/pytest-ralph.local.json" in h.events("r1")[0].message
+        # newest first; plain runs and ended driven runs are not listed
+        assert [r.id for r in h.driven_runs()] == ["r2", "r1"]
+        h.finish_run("r2", "cancelled", 2, "disarmed", T0)
+        assert [r.id for r in h.driven_runs()] == ["r1"]
+        h.finish_run("r1", "complete", 0, "done", T0)
+        assert h.driven_runs() == []
+        assert h.driver("r1") is not None  # the row stays with the ended run
+
+
+def test_arm_run_is_one_transaction(db: Path) -> None:
+    with History.open(db) as h:
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            _arm(h, "r1", driver="cursor")
+        assert h.run("r1") is None and h.driver("r1") is None  # the runs row is rolled back
+        assert h.events("r1") == []
+        _arm(h, "r1")
+        with pytest.raises(sqlite3.IntegrityError):
+            _arm(h, "r1")
+        assert _count(h.connection, "drivers") == 1
+    with History.open(db, readonly=True) as h, pytest.raises(HistoryError, match="read-only"):
+        _arm(h, "r3")
+
+
+def test_adopt_gives_a_run_to_one_session(db: Path) -> None:
+    with History.open(db) as h:
+        _arm(h, "r1")
+        with pytest.raises(ValueError, match="empty id"):
+            h.adopt("r1", "")
+        drv = h.driver("r1")
+        assert drv is not None and drv.session_id == "" and drv.adopted is None
+        assert h.adopt("r1", "S1") is True
+        drv = h.driver("r1")
+        assert drv is not None and drv.session_id == "S1" and drv.adopted is not None
+        adopted = drv.adopted
+        assert h.adopt("r1", "S1") is True  # idempotent for the owner
+        assert h.adopt("r1", "S2") is False  # never taken over
+        drv = h.driver("r1")
+        assert drv is not None and (drv.session_id, drv.adopted) == ("S1", adopted)
+        assert [e.kind for e in h.events("r1")] == ["armed", "adopted"]
+        assert h.events("r1")[-1].message == "adopted by Claude Code session S1"
+        assert h.adopt("nope", "S1") is False
+    with History.open(db, readonly=True) as h, pytest.raises(HistoryError, match="read-only"):
+        h.adopt("r1", "S1")
+
+
+def test_set_turn_records_the_turn_and_tree(db: Path) -> None:
+    with History.open(db) as h:
+        _arm(h, "r1")
+        later = T0 + dt.timedelta(seconds=90)
+        h.set_turn("r1", later, "4b825dc642cb6eb9a060e54bf8d69288fbee4904")
+        drv = h.driver("r1")
+        assert drv is not None
+        assert (drv.turn_started, drv.tree) == (later,
+                                                "4b825dc642cb6eb9a060e54bf8d69288fbee4904")
+        h.set_turn("r1", later + dt.timedelta(seconds=1), None)  # no git: unknown tree
+        drv = h.driver("r1")
+        assert drv is not None and drv.tree == ""
+        assert drv.turn_started == later + dt.timedelta(seconds=1)
+        with pytest.raises(KeyError):
+            h.set_turn("nope", later, None)
+        _begin(h, "plain")
+        with pytest.raises(KeyError):  # not a driven run
+            h.set_turn("plain", later, None)
+
+
+def test_mark_crashed_if_dead_leaves_driven_runs_alone(db: Path) -> None:
+    with History.open(db) as h:
+        _arm(h, "driven")
+        _arm(h, "adopted")
+        h.adopt("adopted", "S1")
+        _begin(h, "dead", pid=None)
+        assert h.mark_crashed_if_dead(lambda pid: False, hostname=HOST) == ["dead"]
+        statuses = {r.id: r.status for r in h.runs()}
+        assert statuses == {"driven": "running", "adopted": "running", "dead": "crashed"}
+        assert [e.kind for e in h.events("driven")] == ["armed"]
+        assert {r.id for r in h.driven_runs()} == {"driven", "adopted"}

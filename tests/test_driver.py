@@ -1,0 +1,671 @@
+"""The Claude Code Stop-hook driver, end to end: ``pytest --ralph-init --ralph-driver claude``
+arms a run, ``python -m pytest_ralph.hook`` (a Stop payload on stdin) drives it one
+iteration per Stop, and ``--ralph`` / ``--ralph-status`` / ``--ralph-cancel`` see it.
+
+Every step is a real subprocess in a temporary project; nothing of the product is stubbed.
+The hook's own entry-point corner cases (payload corpus, the promise) are in test_hook.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import site
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ralph.arming import MARKER
+from pytest_ralph.history import DB_NAME, History
+from pytest_ralph.stop_payload import TRUNCATION_MARKER
+
+from .conftest import story
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX shell, flock")
+
+S1 = "S1"
+#: The command our Stop hook entry in .claude/settings.json runs (any interpreter).
+OURS = re.compile(r"-m pytest_ralph\.hook$")
+#: A tiny agent for `pytest --ralph`: it makes the default criterion pass.
+AGENT = 'import pathlib\npathlib.Path("done.txt").write_text("ok\\n")\n'
+#: Holds the state folder's loop lock (argv[1]) the way a loop does, touches argv[2], sleeps.
+HOLDER = """
+import pathlib, sys, time
+from pytest_ralph.state import StateDir
+lock = StateDir(pathlib.Path(sys.argv[1])).lock()
+pathlib.Path(sys.argv[2]).touch()
+time.sleep(120)
+"""
+
+
+def done_criterion(name: str = "done.txt") -> dict[str, str]:
+    return {"text": f"{name} says ok", "run": f"grep -q ok {name}"}
+
+
+def clean_env() -> dict[str, str]:
+    """The environment of every subprocess: nothing of an outer loop, hook or pytest run."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_RALPH_", "PYTEST_XDIST", "CLAUDE_"))
+           and k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+@dataclass(frozen=True)
+class Done:
+    """A finished pytest subprocess."""
+
+    code: int
+    out: str
+    err: str
+
+    @property
+    def text(self) -> str:
+        return self.out + self.err
+
+
+@dataclass(frozen=True)
+class Stop:
+    """What the hook answered to one Stop payload."""
+
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def answer(self) -> dict[str, Any]:
+        return json.loads(self.stdout) if self.stdout.strip() else {}
+
+    @property
+    def blocked(self) -> bool:
+        return self.answer.get("decision") == "block"
+
+    @property
+    def reason(self) -> str:
+        return str(self.answer.get("reason", ""))
+
+    @property
+    def system(self) -> str:
+        return str(self.answer.get("systemMessage", ""))
+
+
+class Project:
+    """A project folder with a PRD and a pytest.ini, driven through real subprocesses."""
+
+    def __init__(self, root: Path, python: str = sys.executable) -> None:
+        self.root = root
+        self.python = python
+        self.env = clean_env()
+
+    # -- files -------------------------------------------------------------------------------
+
+    @property
+    def prd(self) -> Path:
+        return self.root / "prd.json"
+
+    @property
+    def state(self) -> Path:
+        return self.root / ".pytest_ralph"
+
+    @property
+    def marker(self) -> Path:
+        return self.root / MARKER
+
+    @property
+    def settings_file(self) -> Path:
+        return self.root / ".claude" / "settings.json"
+
+    def write_prd(self, *stories: dict[str, Any]) -> None:
+        data = {"project": "demo", "description": "demo", "userStories": list(stories)}
+        self.prd.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
+                            encoding="utf-8")
+
+    def edit_prd(self, edit: Callable[[dict[str, Any]], None]) -> None:
+        data = json.loads(self.prd.read_text(encoding="utf-8"))
+        edit(data)
+        self.prd.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
+                            encoding="utf-8")
+
+    def write(self, name: str, text: str = "ok\n") -> None:
+        (self.root / name).write_text(text, encoding="utf-8")
+
+    def armed(self) -> dict[str, Any]:
+        return dict(json.loads(self.marker.read_text(encoding="utf-8")))
+
+    # -- commands ----------------------------------------------------------------------------
+
+    def pytest(self, *args: str) -> Done:
+        proc = subprocess.run([self.python, "-m", "pytest", "-p", "no:randomly", "-p",
+                               "no:cacheprovider", *args], cwd=self.root, env=self.env,
+                              capture_output=True, text=True, timeout=180, check=False)
+        return Done(proc.returncode, proc.stdout, proc.stderr)
+
+    def arm(self, *args: str) -> str:
+        """Arm a run (expecting success); return its id."""
+        done = self.pytest("--ralph-init", "--ralph-driver", "claude", *args)
+        assert done.code == 0, done.text
+        return str(self.armed()["run"])
+
+    def stop(self, session: str = S1, *, cwd: Path | None = None, **extra: Any) -> Stop:
+        """One Stop of ``session`` in the project (or in its subfolder ``cwd``, where the hook
+        then runs too), through ``python -m pytest_ralph.hook``."""
+        where = cwd or self.root
+        payload = {"session_id": session, "cwd": str(where), "hook_event_name": "Stop",
+                   "stop_hook_active": False, **extra}
+        proc = subprocess.run([self.python, "-m", "pytest_ralph.hook"],
+                              input=json.dumps(payload), cwd=where, env=self.env,
+                              capture_output=True, text=True, timeout=300, check=False)
+        return Stop(proc.returncode, proc.stdout, proc.stderr)
+
+    def status(self) -> str:
+        done = self.pytest("--ralph-status")
+        assert done.code == 0, done.text
+        return done.out
+
+    def history(self) -> History:
+        return History.open(self.state / DB_NAME, readonly=True)
+
+
+@pytest.fixture
+def make_project(tmp_path: Path) -> Callable[..., Project]:
+    """make_project(*stories, ini="", folder="proj", max_iterations=3) -> a project with
+    prd.json (one story with the done.txt criterion by default) and pytest.ini
+    (ralph_max_iterations plus the ``ini`` lines)."""
+
+    def make(*stories: dict[str, Any], ini: str = "", folder: str = "proj",
+             python: str = sys.executable, max_iterations: int = 3) -> Project:
+        root = tmp_path / folder
+        root.mkdir()
+        (root / "pytest.ini").write_text(
+            f"[pytest]\nralph_max_iterations = {max_iterations}\n{ini}", encoding="utf-8")
+        project = Project(root, python)
+        project.write_prd(*(stories or (story("US-001", done_criterion()),)))
+        return project
+
+    return make
+
+
+@pytest.fixture
+def project(make_project: Callable[..., Project]) -> Project:
+    return make_project()
+
+
+def utf16_units(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def report_path(system: str) -> Path:
+    match = re.search(r"; report (\S+\.md)$", system)
+    assert match, system
+    return Path(match.group(1))
+
+
+# -- 1. arming ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("--ralph-init",), "`pytest --ralph-init --ralph-driver claude`"),
+    (("--ralph-driver", "claude"), "--ralph-driver goes with --ralph-init (`pytest "
+                                   "--ralph-init --ralph-driver claude`)"),
+    (("--ralph-init", "--ralph-driver", "claude", "--ralph"),
+     "--ralph-init cannot be used with --ralph"),
+], ids=["init-without-driver", "driver-without-init", "init-with-ralph"])
+def test_arming_usage_errors(project: Project, args: tuple[str, ...], says: str) -> None:
+    done = project.pytest(*args)
+    assert done.code == 4, done.text
+    assert says in done.err
+    assert not (project.root / ".claude").exists()
+    assert not project.state.exists()
+
+
+def test_arming_twice_keeps_one_run_and_the_users_settings(project: Project) -> None:
+    settings = {
+        "permissions": {"allow": ["Bash(npm run lint)", "Read(~/.zshrc)"],
+                        "deny": ["Read(./.env)"]},
+        "env": {"FOO": "bär", "CLAUDE_CODE_ENABLE_TELEMETRY": "0"},
+        "hooks": {
+            "PreToolUse": [{"matcher": "Bash", "hooks": [
+                {"type": "command", "command": "echo pre", "timeout": 5}]}],
+            "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}],
+        },
+        "model": "opus",
+        "customThing": [1, {"nested": None}],
+    }
+    project.settings_file.parent.mkdir()
+    project.settings_file.write_text(json.dumps(settings, indent=4, ensure_ascii=False),
+                                     encoding="utf-8")
+
+    first = project.pytest("--ralph-init", "--ralph-driver", "claude")
+    assert first.code == 0, first.text
+    run_id = project.armed()["run"]
+    assert f"armed run {run_id} on {project.prd}" in first.out
+    assert "(1 criterion; max iterations 3, breaker 3)" in first.out
+    assert project.armed() == {"version": 1, "run": run_id, "state_dir": str(project.state),
+                               "rootdir": str(project.root), "session": ""}
+    after_first = project.settings_file.read_bytes()
+
+    second = project.pytest("--ralph-init", "--ralph-driver", "claude")
+    assert second.code == 0, second.text
+    assert f"the pytest-ralph Stop hook is already in {project.settings_file}" in second.out
+    assert f"run {run_id} of {project.prd} is already armed" in second.out
+    assert "waiting for the first Stop of a Claude Code session" in second.out
+    assert "`pytest --ralph-cancel` disarms it" in second.out
+    assert project.settings_file.read_bytes() == after_first  # nothing to change
+    assert project.armed()["run"] == run_id
+
+    with project.history() as h:
+        assert [r.id for r in h.runs()] == [run_id]
+        assert [r.id for r in h.driven_runs()] == [run_id]
+
+    now = json.loads(project.settings_file.read_text(encoding="utf-8"))
+    stop_groups = now["hooks"]["Stop"]
+    ours = [g for g in stop_groups if any(OURS.search(hk.get("command", ""))
+                                          for hk in g["hooks"])]
+    assert len(ours) == 1 and len(ours[0]["hooks"]) == 1
+    assert ours[0]["hooks"][0]["command"] == f"{shlex.quote(sys.executable)} -m pytest_ralph.hook"
+    # Everything else is kept as it was, the other Stop hook included.
+    assert {**now, "hooks": {**now["hooks"], "Stop": [g for g in stop_groups
+                                                      if g not in ours]}} == settings
+
+    status = project.status()
+    assert f"pytest-ralph: run {run_id} of {project.prd}" in status
+    assert "armed for the Claude Code Stop hook: the first Claude Code session" in status
+    assert "no check yet" in status
+
+
+def _venv_with_spaces(folder: Path) -> Path:
+    """An interpreter at ``folder/bin/python`` (``folder`` has a space) that sees the running
+    interpreter's packages: a pyvenv.cfg next to a symlink, and a .pth file that adds the
+    current site-packages folders (so editable installs keep working)."""
+    real = os.path.realpath(sys.executable)
+    (folder / "bin").mkdir(parents=True)
+    (folder / "pyvenv.cfg").write_text(
+        f"home = {os.path.dirname(real)}\ninclude-system-site-packages = false\n",
+        encoding="utf-8")
+    python = folder / "bin" / "python"
+    python.symlink_to(real)
+    packages = (folder / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+                / "site-packages")
+    packages.mkdir(parents=True)
+    dirs = [p for p in (*site.getsitepackages(), site.getusersitepackages())
+            if os.path.isdir(p)]
+    dirs += [p for p in sys.path if p.endswith("site-packages") and p not in dirs]
+    (packages / "outer.pth").write_text(
+        "import site; " + "; ".join(f"site.addsitedir({p!r})" for p in dirs) + "\n",
+        encoding="utf-8")
+    return python
+
+
+def test_hook_command_quotes_an_interpreter_path_with_spaces(
+        tmp_path: Path, make_project: Callable[..., Project]) -> None:
+    python = _venv_with_spaces(tmp_path / "my py")
+    probe = subprocess.run([str(python), "-c", "import sys, pytest_ralph; print(sys.executable)"],
+                           capture_output=True, text=True, check=False, env=clean_env())
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == str(python)
+    project = make_project(folder="my project", python=str(python))
+    run_id = project.arm()
+
+    settings = json.loads(project.settings_file.read_text(encoding="utf-8"))
+    [group] = settings["hooks"]["Stop"]
+    [handler] = group["hooks"]
+    command = handler["command"]
+    assert command == f"'{python}' -m pytest_ralph.hook"
+    assert shlex.split(command) == [str(python), "-m", "pytest_ralph.hook"]
+
+    # Run it the way Claude Code does: through a shell, the payload on stdin.
+    payload = json.dumps({"session_id": S1, "cwd": str(project.root),
+                          "hook_event_name": "Stop"})
+    proc = subprocess.run(["/bin/sh", "-c", command], input=payload, cwd=project.root,
+                          env=project.env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout)
+    assert answer["decision"] == "block", proc.stderr
+    assert answer["systemMessage"] == "ralph iteration 1/3: 1 criterion failing"
+    assert f"Claude Code session {S1} adopted run {run_id}" in proc.stderr
+    assert project.armed()["session"] == S1
+
+
+def test_arming_without_a_prd_exits_5(project: Project) -> None:
+    project.prd.unlink()
+    done = project.pytest("--ralph-init", "--ralph-driver", "claude")
+    assert done.code == 5, done.text
+    assert "no PRD found" in done.err
+    assert not project.marker.exists()
+    assert not (project.state / DB_NAME).exists()
+
+
+def test_arming_with_an_invalid_prd_exits_4_naming_it(project: Project) -> None:
+    project.prd.write_text('{"project": "x", "userStories": [{"id": "US-001"}]}\n',
+                           encoding="utf-8")
+    done = project.pytest("--ralph-init", "--ralph-driver", "claude")
+    assert done.code == 4, done.text
+    assert f"invalid PRD {project.prd}" in done.err
+    assert "missing required key 'acceptanceCriteria'" in done.err
+    assert not project.marker.exists()
+    if (project.state / DB_NAME).exists():
+        with project.history() as h:
+            assert h.runs() == []
+
+
+# -- 2. --ralph and --ralph-cancel with a driven run -------------------------------------------
+
+
+def test_ralph_refuses_while_armed_and_cancel_disarms(project: Project) -> None:
+    agent = project.root / "agent.py"
+    agent.write_text(AGENT, encoding="utf-8")
+    agent_cmd = f"{shlex.quote(sys.executable)} {shlex.quote(str(agent))}"
+    run_id = project.arm()
+
+    done = project.pytest("--ralph", "--ralph-agent", agent_cmd)
+    assert done.code == 4, done.text
+    assert (f"run {run_id} of {project.prd} is armed for the Claude Code Stop hook (waiting for "
+            "a Claude Code session to adopt it)") in done.err
+    assert "disarm it with `pytest --ralph-cancel` first" in done.err
+    assert not (project.root / "done.txt").exists()
+
+    assert project.stop().blocked
+    done = project.pytest("--ralph", "--ralph-agent", agent_cmd)
+    assert done.code == 4, done.text
+    assert f"armed for the Claude Code Stop hook (adopted by Claude Code session {S1})" in done.err
+
+    done = project.pytest("--ralph-cancel")
+    assert done.code == 0, done.text
+    assert f"run {run_id} is disarmed (Claude Code session {S1})" in done.out
+    assert not project.marker.exists()
+    assert project.settings_file.exists()  # the hook stays; it has nothing to do
+
+    quiet = project.stop()
+    assert (quiet.code, quiet.stdout, quiet.stderr) == (0, "", "")
+
+    status = project.status()
+    assert "status: cancelled (a Claude Code run" in status
+    assert f"disarmed by --ralph-cancel (Claude Code session {S1})" in status
+
+    done = project.pytest("--ralph", "--ralph-agent", agent_cmd)
+    assert done.code == 0, done.text
+    assert "complete (exit 0) after 1 iteration" in done.out
+    with project.history() as h:
+        new = h.last_run()
+        assert new is not None and new.id != run_id
+        assert new.status == "complete" and h.driver(new.id) is None
+        assert new.argv == (sys.executable, str(agent))
+        driven = h.run(run_id)
+        assert driven is not None and driven.status == "cancelled"
+        assert [it.n for it in h.iterations(run_id)] == [0]  # nothing added to the old run
+    done = project.pytest("--ralph-cancel")
+    assert "nothing to cancel" in done.out
+
+
+# -- 3. the loop through the hook ------------------------------------------------------------
+
+
+def test_a_driven_run_from_baseline_to_complete(make_project: Callable[..., Project]) -> None:
+    project = make_project(story("US-001", done_criterion("a.txt"), done_criterion("b.txt")))
+    run_id = project.arm()
+
+    first = project.stop()
+    assert first.code == 0 and first.blocked, first.stderr
+    assert first.system == "ralph iteration 1/3: 2 criteria failing"
+    assert first.reason.startswith("# Ralph loop: iteration 1 of 3")
+    assert "a.txt says ok" in first.reason and "b.txt says ok" in first.reason
+    assert f"Claude Code session {S1} adopted run {run_id}" in first.stderr
+    assert "[ralph baseline]" in first.stderr
+    run_dir = project.state / "runs" / run_id
+    assert (run_dir / "iteration-001" / "prompt.md").read_text(encoding="utf-8") == first.reason
+    assert project.armed()["session"] == S1
+
+    status = project.status()
+    assert f"status: driven by Claude Code session {S1} through its Stop hook" in status
+    assert "iteration 0/3 checked; the next check runs when the session stops" in status
+
+    # Another session in the same project is never blocked, and does not count.
+    other = project.stop("S2")
+    assert (other.code, other.stdout, other.stderr) == (0, "", "")
+
+    project.write("a.txt")
+    sub = project.root / "src" / "pkg"  # the session moved into a subfolder
+    sub.mkdir(parents=True)
+    second = project.stop(cwd=sub, stop_hook_active=True)
+    assert second.blocked, second.stderr
+    assert second.system == "ralph iteration 2/3: 1 criterion failing"
+    assert second.reason.startswith("# Ralph loop: iteration 2 of 3")
+    assert "[ralph iteration 1/3]" in second.stderr
+    status = project.status()
+    assert "iteration 1/3 checked" in status and "criteria: 1/2 passing after iteration 1" in status
+
+    project.write("b.txt")
+    last = project.stop(stop_hook_active=True)
+    assert last.code == 0 and not last.blocked, last.stderr
+    assert last.system.startswith(f"pytest-ralph: run {run_id} complete after 2 iterations: "
+                                  "every criterion passes (2/2); report ")
+    assert report_path(last.system).is_file()
+    assert "# Ralph report" in report_path(last.system).read_text(encoding="utf-8")
+    assert not project.marker.exists()
+    assert project.stop().stdout == ""  # disarmed: the session stops freely
+
+    with project.history() as h:
+        run = h.run(run_id)
+        assert run is not None and (run.status, run.exit_code) == ("complete", 0)
+        its = h.iterations(run_id)
+        assert [(it.n, it.passing, it.total) for it in its] == [(0, 0, 2), (1, 1, 2), (2, 2, 2)]
+        assert its[0].agent is None
+        for it in its[1:]:
+            assert it.agent is not None and it.agent.argv == ("claude-code-session", S1)
+            assert it.agent.outcome == "ok" and it.story == "US-001"
+        drv = h.driver(run_id)
+        assert drv is not None and drv.session_id == S1 and drv.adopted is not None
+        assert h.driven_runs() == []
+        kinds = [e.kind for e in h.events(run_id)]
+        assert kinds.count("armed") == 1 and kinds.count("adopted") == 1
+
+    record = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    assert (record["run"], record["status"], record["exit_code"]) == (run_id, "complete", 0)
+    assert record["agent"] == ["claude-code-session"]
+    assert [it["n"] for it in record["iterations"]] == [0, 1, 2]
+    assert [it["passing"] for it in record["iterations"]] == [0, 1, 2]
+
+    progress = (project.state / "progress.txt").read_text(encoding="utf-8")
+    assert f"run {run_id} iteration 1/3" in progress
+    assert f"run {run_id} iteration 2/3" in progress
+    assert "tried: agent `claude-code-session` exit 0" in progress
+    assert f"run {run_id} ended: complete (exit 0)" in progress
+
+    status = project.status()
+    assert "status: complete (a Claude Code run" in status
+    assert "criteria: 2/2 passing after iteration 2" in status
+    assert f"Claude Code session {S1}" in status
+
+
+# -- 4. limits ---------------------------------------------------------------------------------
+
+
+def test_the_breaker_allows_the_stop(make_project: Callable[..., Project]) -> None:
+    project = make_project(ini="ralph_breaker = 2\n", max_iterations=10)
+    run_id = project.arm()
+    assert project.stop().system == "ralph iteration 1/10: 1 criterion failing"
+    assert project.stop().system == "ralph iteration 2/10: 1 criterion failing"
+    last = project.stop()
+    assert last.code == 0 and not last.blocked, last.stderr
+    assert last.system.startswith(f"pytest-ralph: run {run_id} breaker after 2 iterations: "
+                                  "circuit breaker: the same failure")
+    assert "in 2 iterations in a row (iterations 1-2)" in last.system
+    assert report_path(last.system).is_file()
+    assert not project.marker.exists()
+    with project.history() as h:
+        run = h.run(run_id)
+        assert run is not None and run.status == "breaker"
+
+
+def test_the_iteration_limit_allows_the_stop(make_project: Callable[..., Project]) -> None:
+    project = make_project(max_iterations=1)
+    run_id = project.arm()
+    assert project.stop().system == "ralph iteration 1/1: 1 criterion failing"
+    last = project.stop()
+    assert not last.blocked, last.stderr
+    assert last.system.startswith(f"pytest-ralph: run {run_id} limit after 1 iteration: "
+                                  "stopped at the iteration limit (1) with 1 criterion still "
+                                  "failing; report ")
+    with project.history() as h:
+        run = h.run(run_id)
+        assert run is not None and (run.status, run.exit_code) == ("limit", 1)
+
+
+def test_the_budget_allows_the_stop(project: Project) -> None:
+    run_id = project.arm("--ralph-budget", "0.001")
+    with project.history() as h:
+        run = h.run(run_id)
+        assert run is not None and run.settings["budget"] == 0.001
+    last = project.stop()
+    assert last.code == 0 and not last.blocked, last.stderr
+    assert (f"pytest-ralph: run {run_id} limit after 0 iterations: stopped at the wall-clock "
+            "budget (0.001 s, --ralph-budget) with 1 criterion still failing") in last.system
+    assert not project.marker.exists()
+
+
+def test_criteria_edits_by_the_session_never_complete(make_project: Callable[..., Project]) -> None:
+    project = make_project(max_iterations=2)
+    run_id = project.arm()
+    assert project.stop().blocked
+
+    def loosen(data: dict[str, Any]) -> None:
+        data["userStories"][0]["acceptanceCriteria"][0]["run"] = "true"
+
+    project.edit_prd(loosen)  # the "agent" makes its criterion pass by editing it
+    tampered = project.stop()
+    assert tampered.blocked, tampered.stderr
+    assert tampered.system == "ralph iteration 2/2: 1 criterion failing"
+    assert "criteria changed: criterion US-001::AC1 changed" in tampered.reason
+    with project.history() as h:
+        [change] = h.iterations(run_id)[1].changes
+        assert change.subject == "criterion US-001::AC1" and change.change == "changed"
+
+    last = project.stop()
+    assert not last.blocked
+    assert (f"run {run_id} limit after 2 iterations: stopped at the iteration limit (2) with 1 "
+            "criterion still failing; the agent changed the criteria (criterion US-001::AC1 "
+            "changed), so the loop refuses to report completion") in last.system
+    with project.history() as h:
+        run = h.run(run_id)
+        assert run is not None and run.status == "limit"
+
+
+# -- 5. a long prompt --------------------------------------------------------------------------
+
+
+def _noisy(n: int, line: str) -> list[dict[str, str]]:
+    """``n`` criteria whose command prints 200 copies of ``line`` and fails."""
+    return [{"text": f"criterion {i} prints a lot",
+             "run": f"for i in $(seq 1 200); do echo '{line}'; done; exit 1"} for i in range(n)]
+
+
+def _check_long_prompt(project: Project, failing: int) -> None:
+    run_id = project.arm()
+    stop = project.stop()
+    assert stop.blocked, stop.stderr
+    assert stop.system == f"ralph iteration 1/3: {failing} criteria failing"
+    prompt_file = project.state / "runs" / run_id / "iteration-001" / "prompt.md"
+    prompt = prompt_file.read_text(encoding="utf-8")
+    assert utf16_units(prompt) > 9000  # too long to pass whole
+    assert utf16_units(stop.reason) < 9000
+    assert stop.reason.endswith(f" is in {prompt_file}: read it before you go on.")
+    head = stop.reason[:stop.reason.index(TRUNCATION_MARKER)]
+    assert len(head) > 3000 and prompt.startswith(head)
+
+
+def test_a_long_prompt_points_at_its_file(make_project: Callable[..., Project]) -> None:
+    project = make_project(story("US-001", *_noisy(10, "noise " * 12)))
+    _check_long_prompt(project, 10)
+
+
+def test_a_long_prompt_of_emoji_points_at_its_file(make_project: Callable[..., Project]) -> None:
+    project = make_project(story("US-001", *_noisy(4, "\U0001f600" * 40)))
+    _check_long_prompt(project, 4)
+
+
+# -- 6. concurrency and robustness ------------------------------------------------------------
+
+
+@pytest.fixture
+def lock_holder(project: Project) -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def hold() -> subprocess.Popen[bytes]:
+        ready = project.root / "holding"
+        proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(project.state), str(ready)],
+                                env=project.env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        procs.append(proc)
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the lock holder never took the lock"
+            time.sleep(0.05)
+        return proc
+
+    yield hold
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+
+
+def test_a_stop_while_another_loop_holds_the_folder_is_allowed(
+        project: Project, lock_holder: Callable[[], subprocess.Popen[bytes]]) -> None:
+    run_id = project.arm()
+    holder = lock_holder()
+    busy = project.stop()
+    assert (busy.code, busy.stdout) == (0, ""), busy.stderr
+    assert (f"another `pytest --ralph` loop is running with the state folder {project.state} "
+            f"(pid {holder.pid}") in busy.stderr
+    assert "the stop is allowed" in busy.stderr
+    assert project.armed()["session"] == ""  # not adopted, still armed
+    with project.history() as h:
+        assert h.iterations(run_id) == []
+    rearm = project.pytest("--ralph-init", "--ralph-driver", "claude")
+    assert rearm.code == 4, rearm.text
+    assert "another `pytest --ralph` loop is running with the state folder" in rearm.err
+
+    holder.kill()
+    holder.wait()
+    again = project.stop()
+    assert again.blocked, again.stderr
+    assert again.system == "ralph iteration 1/3: 1 criterion failing"
+    assert project.armed()["session"] == S1
+
+
+def test_a_prd_that_no_longer_loads_allows_the_stop_and_stays_armed(project: Project) -> None:
+    run_id = project.arm()
+    assert project.stop().blocked
+    good = project.prd.read_bytes()
+    project.prd.write_text('{"project": "demo", "userStories": [', encoding="utf-8")
+    broken = project.stop()
+    assert broken.code == 0 and not broken.blocked, broken.stderr
+    assert broken.system.startswith(f"pytest-ralph: the PRD of run {run_id} does not load, "
+                                    "so the criteria cannot be checked: ")
+    assert str(project.prd) in broken.system
+    assert "the run stays armed" in broken.stderr
+    assert project.armed() == {"version": 1, "run": run_id, "state_dir": str(project.state),
+                               "rootdir": str(project.root), "session": S1}
+    assert f"driven by Claude Code session {S1}" in project.status()
+    with project.history() as h:
+        assert [it.n for it in h.iterations(run_id)] == [0]  # nothing recorded
+
+    project.prd.write_bytes(good)
+    fixed = project.stop()
+    assert fixed.blocked, fixed.stderr
+    assert fixed.system == "ralph iteration 2/3: 1 criterion failing"
+    with project.history() as h:
+        assert [it.n for it in h.iterations(run_id)] == [0, 1]
+        assert h.iterations(run_id)[1].changes == ()
