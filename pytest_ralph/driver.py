@@ -301,25 +301,30 @@ class _DrivenLoop(Loop):
                              log_tail="", detail=f"Claude Code session {session}")
             code = self._conclude(run, state, phase, cur, _Turn(
                 n, story, agent, started, run.run_dir.iteration_dir(n), drv.tree or None))
+            unreadable = ""
             if code == EXIT_COMPLETE and self.settings.promise:
                 if message is None:
                     # The criteria pass; the promise cannot be looked for: never wedge.
                     self._unstop(run)
-                    why = ("every criterion passes, but the final message cannot be read "
-                           f"(no last_assistant_message, transcript {payload.transcript_path!r}"
-                           " missing or unreadable) to look for the completion promise")
-                    self._set_turn(run)
-                    return Answer(allow(f"pytest-ralph: {why}; the run stays armed"),
-                                  f"pytest-ralph: {why}; the stop is allowed and the run "
-                                  "stays armed")
-                if not find_promise(message, self.settings.promise):
+                    code, promise_missing = None, True
+                    unreadable = ("every criterion passes, but the final message cannot be "
+                                  "read (no last_assistant_message, transcript "
+                                  f"{payload.transcript_path!r} missing or unreadable) to look "
+                                  "for the completion promise")
+                elif not find_promise(message, self.settings.promise):
                     self._unstop(run)
                     code, promise_missing = None, True
             if code is None and n >= self.settings.max_iterations:
                 code = self._at_limit(run)
                 if promise_missing:
-                    run.reason += ("; every criterion passes, but the final message never "
-                                   "held the completion promise line")
+                    run.reason += "; " + (unreadable or "every criterion passes, but the final "
+                                          "message never held the completion promise line")
+            if code is None and unreadable:
+                self._set_turn(run)
+                self._save(run)
+                return Answer(allow(f"pytest-ralph: {unreadable}; the run stays armed"),
+                              f"pytest-ralph: {unreadable}; the stop is allowed and the run "
+                              "stays armed")
         if code is None:
             code = self._spent(run)
         if code is not None:

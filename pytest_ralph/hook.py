@@ -77,9 +77,9 @@ def _glance(data: bytes) -> tuple[dict[str, object] | None, str]:
     a first look with :mod:`json` only, before anything else is imported."""
     if not data.strip():
         return None, "pytest-ralph hook: stdin is empty (no Stop payload); the stop is allowed"
-    try:
-        obj = json.loads(data.decode("utf-8-sig"))
-    except (UnicodeDecodeError, ValueError):
+    try:  # bytes that are not UTF-8 (a Windows code page) become U+FFFD, as parse_payload does
+        obj = json.loads(data.decode("utf-8-sig", "replace"))
+    except ValueError:
         return None, ("pytest-ralph hook: stdin is not a UTF-8 JSON object (the Stop payload "
                       "of the Claude Code hooks reference); the stop is allowed")
     if not isinstance(obj, dict):
