@@ -9,10 +9,11 @@ Point a real Claude Code CLI at it (``ANTHROPIC_BASE_URL``, see
     server.requests[1]  # the JSON body the CLI sent with the tool_result
 
 Each *turn* of the script answers one ``POST /v1/messages`` that carries tools (the agent loop's
-requests): either a list of blocks (:class:`Text`, :class:`ToolUse`), streamed as server-sent
-events, or an :class:`ApiError` (an HTTP error with an Anthropic-style JSON body; by default it
+requests): a list of blocks (:class:`Text`, :class:`ToolUse`), streamed as server-sent
+events, an :class:`ApiError` (an HTTP error with an Anthropic-style JSON body; by default it
 also answers the CLI's automatic retries of that request, so one ``ApiError`` fails one CLI
-call). Once the script runs out every request gets
+call), or a :class:`Reply` (blocks computed from the request, for a model that reacts to what
+it was sent, e.g. a Stop hook's feedback). Once the script runs out every request gets
 a plain ``"done"`` text turn that ends with ``end_turn``. Side requests without tools (titles,
 summaries) get that ``"done"`` answer without consuming the script.
 
@@ -28,7 +29,7 @@ import json
 import sys
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -98,7 +99,21 @@ class ApiError:
 
 
 Block = Text | ToolUse
-Turn = Sequence[Block] | ApiError
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A turn decided by the request it answers, like a model that reads what it was sent.
+
+    ``respond`` gets the JSON body of that ``POST /v1/messages`` and returns the blocks to
+    stream. If it raises, the answer is a text turn naming the error and the exception is
+    kept in :attr:`ModelServer.reply_errors` (assert that it stays empty).
+    """
+
+    respond: Callable[[dict[str, Any]], Sequence[Block]]
+
+
+Turn = Sequence[Block] | ApiError | Reply
 
 #: The answer once the script has run out (and for side requests without tools).
 DONE: tuple[Block, ...] = (Text("done"),)
@@ -182,6 +197,8 @@ class ModelServer:
         self.log: list[tuple[str, str, int]] = []
         #: ``"METHOD path"`` of requests for paths this server does not know.
         self.unknown: list[str] = []
+        #: Exceptions raised by :class:`Reply` turns, in order.
+        self.reply_errors: list[BaseException] = []
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -288,6 +305,13 @@ class ModelServer:
         scripted = bool(body.get("tools")) or self._side_consumes
         retry = headers.get("x-stainless-retry-count", "0") not in ("", "0")
         turn = self._next_turn(scripted, retry, raw)
+        if isinstance(turn, Reply):
+            try:
+                turn = list(turn.respond(body))
+            except Exception as exc:
+                with self._lock:
+                    self.reply_errors.append(exc)
+                turn = [Text(f"scripted reply failed: {exc!r}")]
         if isinstance(turn, ApiError):
             headers = {"content-type": "application/json", **turn.headers}
             if turn.retry_after is not None:
