@@ -3,10 +3,11 @@
 ``pytest --ralph-init --ralph-driver claude`` writes ``.claude/pytest-ralph.local.json`` in
 the project (the rootdir); the first Stop of a Claude Code session adopts the armed run and
 the file then names that session. The hook (:mod:`pytest_ralph.hook`) runs on every reply
-Claude gives, so finding out that *no* loop is armed must cost a few ``stat`` calls: this
-module imports only the standard library, and the file is small JSON (never YAML
-frontmatter, whose hand-rolled parsing broke other Ralph hooks on a ``---`` line in a
-prompt, an ``iteration:1`` without a space, or a multi-line quoted promise).
+Claude gives, so finding out that *no* loop is armed must cost a few ``stat`` calls: the hook
+looks for this file with :mod:`os.path` alone and imports this module (standard library
+only) only once it found one. The file is small JSON, never YAML frontmatter, whose
+hand-rolled parsing broke other Ralph hooks on a ``---`` line in a prompt, an
+``iteration:1`` without a space, or a multi-line quoted promise.
 
 Format (version 1), one JSON object::
 
