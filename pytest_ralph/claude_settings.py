@@ -121,16 +121,37 @@ def is_ralph_hook_command(command: object) -> bool:
     return isinstance(command, str) and _OURS.search(command) is not None
 
 
+def is_plain_hook_command(command: object) -> bool:
+    """Whether ``command`` is nothing but our hook: ``<interpreter> -m pytest_ralph.hook`` or
+    the :data:`HOOK_SCRIPT` console script, each path quoted or not. A command that does more
+    (environment assignments, ``nice``, redirections, ``&&``) is the user's own wrapping."""
+    if not isinstance(command, str):
+        return False
+    try:
+        argv = shlex.split(command, posix=True)
+    except ValueError:
+        return False
+    if len(argv) == 3 and argv[1:] == ["-m", HOOK_MODULE]:
+        return not any(c in argv[0] for c in "<>|&;$`")
+    if len(argv) == 1:
+        name = argv[0].replace("\\", "/").rsplit("/", 1)[-1]
+        return name in (HOOK_SCRIPT, HOOK_SCRIPT + ".exe")
+    return False
+
+
 def merge_stop_hook(settings_path: Path, command: str, *,
                     timeout: int = DEFAULT_TIMEOUT) -> MergeResult:
     """Add (or update) our Stop handler in ``settings_path``, keeping everything else.
 
     The file is created (with its folder) when missing; an empty file counts as ``{}``; a UTF-8
     byte order mark is accepted (and not written back). Our handler is recognised by its
-    command running ``-m pytest_ralph.hook``: one already there with another interpreter or
-    timeout is updated in place (its other keys kept), further copies are removed, and when it
-    is already exactly right nothing is written. A new handler goes into a new group appended
-    to ``hooks.Stop``: ``{"hooks": [{"type": "command", "command": ..., "timeout": ...}]}``.
+    command running ``-m pytest_ralph.hook``. A handler that wraps it in a command of its own
+    (``env X=1 python -m pytest_ralph.hook 2>>log``, see :func:`is_plain_hook_command`) is the
+    user's: then nothing is changed at all. A plain one with another interpreter or a lower
+    timeout is updated in place (its other keys kept; a higher timeout is kept), further plain
+    copies are removed, and when it is already right nothing is written. A new handler goes
+    into a new group appended to ``hooks.Stop``:
+    ``{"hooks": [{"type": "command", "command": ..., "timeout": ...}]}``.
     Writes are atomic (temporary file and :func:`os.replace`), with a 2-space indent and a
     trailing newline.
 
@@ -159,6 +180,14 @@ def merge_stop_hook(settings_path: Path, command: str, *,
     assert groups is not None
     wanted = {"type": "command", "command": command, "timeout": timeout}
 
+    for group in groups:
+        for handler in group.get("hooks") or []:
+            command_text = handler.get("command") if isinstance(handler, dict) else None
+            if is_ralph_hook_command(command_text) and not is_plain_hook_command(command_text):
+                return MergeResult(False, path, f"a Stop hook of yours that runs pytest-ralph's "
+                                   f"hook ({command_text!r}) is already in {path}; it is left "
+                                   "as it is (make sure its interpreter has pytest-ralph "
+                                   "installed: `pytest --ralph-doctor` checks it)")
     found = False
     changed = False
     touched: list[dict[str, Any]] = []
@@ -174,6 +203,9 @@ def merge_stop_hook(settings_path: Path, command: str, *,
                     touched.append(group)
                     continue
                 found = True
+                own = handler.get("timeout")
+                if isinstance(own, int) and not isinstance(own, bool) and own > timeout:
+                    wanted = {**wanted, "timeout": own}  # never lower a timeout you set
                 for key, value in wanted.items():
                     if handler.get(key) != value or type(handler.get(key)) is not type(value):
                         handler[key] = value
@@ -342,7 +374,17 @@ def _write(path: Path, settings: dict[str, Any]) -> None:
         SettingsFileError: the folder or file cannot be written; nothing is left behind.
     """
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
-    text = json.dumps(settings, indent=2, ensure_ascii=False) + "\n"
+    try:
+        text = json.dumps(settings, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    except ValueError:  # 1e400 read as infinity: JSON has no way to write it back
+        raise SettingsFileError(
+            path, "holds a number too large for JSON to write back (such as 1e400, read as "
+                  "infinity); nothing was changed: write it as a string or a smaller number, "
+                  "or add the hook by hand.") from None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate escape (\ud800): keep it escaped
+        text = json.dumps(settings, indent=2, ensure_ascii=True) + "\n"
     tmp: str | None = None
     try:
         try:

@@ -14,9 +14,10 @@ checks every criterion in a child pytest, records the iteration in the same run 
   the cost limit: allow the stop with a ``systemMessage`` that says why and where the report
   is.
 
-The first check of an armed run is the baseline (iteration 0), as in ``pytest --ralph``:
-the session's first turn was the user's own. Iteration ``n`` is the session's turn after
-the ``n``-th block. The loop's own limits bound it; ``stop_hook_active`` is not needed.
+Arming checks the baseline (iteration 0), as ``pytest --ralph`` does before its first agent
+run; the session's first turn (the user's own prompt) is iteration 1, and iteration ``n`` is
+its turn after the ``(n-1)``-th block. So every Stop is an iteration that the oracle guard,
+the breaker and the completion promise apply to. The loop's own limits bound it; ``stop_hook_active`` is not needed.
 
 Output format: the Claude Code hooks reference, https://code.claude.com/docs/en/hooks
 (``Stop`` decision control), as :mod:`pytest_ralph.stop_payload` writes it.
@@ -31,12 +32,12 @@ import datetime as _dt
 import io
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
 from .agent import AgentRun
-from .arming import MARKER, Armed, MarkerError, remove_marker, write_marker
+from .arming import MARKER, Armed, MarkerError, read_marker, remove_marker, write_marker
 from .claude_settings import SettingsFileError, hook_command, merge_stop_hook
 from .gitdiff import tree_snapshot
 from .history import DB_NAME, History, HistoryError, NoHistory
@@ -118,38 +119,52 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
         when there is no PRD or no criterion.
     """
     lines: list[str] = []
-    loop = Loop(settings, rootdir=rootdir, inifile=inifile, out=out or io.StringIO(),
-                python=python, pythonpath=pythonpath)
+    if settings.promise and ("<promise>" in settings.promise or "</promise>" in settings.promise):
+        return EXIT_USAGE, (f"pytest-ralph: the completion promise {settings.promise!r} (from "
+                            f"{settings.sources.get('promise')}) holds a <promise> tag itself, "
+                            "so no final message could ever hold it as <promise>TEXT</promise>; "
+                            "give the text alone, e.g. --ralph-promise 'ALL DONE'")
+    log = io.StringIO()
+    loop = Loop(settings, rootdir=rootdir, inifile=inifile, out=out or log, python=python,
+                pythonpath=pythonpath)
+    state = StateDir(settings.dir)
     try:
         prd = loop.prepare_prd()
-        state = StateDir(settings.dir)
+        already = _already_armed(state)  # read-only: a Stop may hold the lock right now
+        if already:
+            return 0, already
         with loop.locked(state):  # the settings change only once arming can go ahead
+            history = loop.history
+            already = _already_armed(state, history)
+            if already:
+                return 0, already
             try:
                 merged = merge_stop_hook(rootdir / ".claude" / "settings.json",
                                          hook_command(python))
             except SettingsFileError as exc:
                 return EXIT_USAGE, f"pytest-ralph: {exc}"
             lines.append(f"pytest-ralph: {merged.message}")
-            history = loop.history
-            for run in history.driven_runs():
-                drv = history.driver(run.id)
-                owner = (f"adopted by Claude Code session {drv.session_id}" if drv and
-                         drv.session_id else "waiting for the first Stop of a Claude Code "
-                         "session")
-                lines.append(f"pytest-ralph: run {run.id} of {run.prd} is already armed "
-                             f"({owner}); nothing else to do (`pytest --ralph-cancel` "
-                             "disarms it)")
-                if drv is not None and not drv.marker.exists():  # lost: write it again
-                    write_marker(Armed(drv.marker, run.id, state.root, run.rootdir,
-                                       drv.session_id))
-                return 0, "\n".join(lines)
             run_dir = state.new_run()
-            oracle = snapshot_to_json(loop._snapshot(prd))
+            oracle = loop._snapshot(prd)
             marker = rootdir / MARKER
-            history.arm_run(run_dir.id, prd=prd.path, rootdir=rootdir, argv=SESSION_ARGV,
-                            settings=to_json(settings), armed=_now(),
-                            hostname=socket.gethostname(), oracle=oracle, driver=DRIVER,
-                            marker=marker, inifile=inifile)
+            started = _now()
+            history.arm_run(run_dir.id, prd=prd.path.resolve(), rootdir=rootdir,
+                            argv=SESSION_ARGV, settings=to_json(settings), armed=started,
+                            hostname=socket.gethostname(), oracle=snapshot_to_json(oracle),
+                            driver=DRIVER, marker=marker, inifile=inifile)
+            loop._db_sig = _db_signature(history.path)
+            run = RunRecord(prd=prd, settings=settings, argv=list(SESSION_ARGV),
+                            run_dir=run_dir, started=started, oracle=oracle)
+            _keep_good_prd(run)
+            # The baseline is checked now, so that every Stop of the session is an iteration
+            # that the oracle guard and the completion promise apply to.
+            code = loop._baseline(run, state, loop._phase_config(prd))
+            if code is not None:
+                report = loop._finish(run, state)
+                lines.append(log.getvalue().rstrip("\n"))
+                lines.append(f"pytest-ralph: nothing armed: {run.reason}; report {report}")
+                return (0 if code == EXIT_COMPLETE else code), "\n".join(lines)
+            history.set_turn(run_dir.id, _now(), tree_snapshot(rootdir))
             try:
                 write_marker(Armed(marker, run_dir.id, state.root, rootdir))
             except MarkerError:
@@ -160,14 +175,14 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
         return EXIT_USAGE, "\n".join([*lines, f"pytest-ralph: {exc}"])
     except NoCriteria as exc:
         return 5, "\n".join([*lines, f"pytest-ralph: {exc}"])
-    n = sum(len(st.criteria) for st in prd.stories
-            if not settings.story or st.id in settings.story)
+    base = run.last.results
+    n = len(base.criteria)
     promise = (f"; it also needs the final message to hold the line <promise>{settings.promise}"
                "</promise>" if settings.promise else "")
     lines.append(
-        f"pytest-ralph: armed run {run_dir.id} on {prd.path} "
-        f"({plural(n, 'criterion', 'criteria')}; max iterations {settings.max_iterations}, "
-        f"breaker {settings.breaker}){promise}.\n"
+        f"pytest-ralph: armed run {run_dir.id} on {prd.path} (baseline: {len(base.passing)}/{n} "
+        f"criteria passing; max iterations {settings.max_iterations}, breaker "
+        f"{settings.breaker}){promise}.\n"
         f"pytest-ralph: the first Claude Code session in {rootdir} that ends a reply adopts it; "
         "from then on, each time that session stops, its Stop hook checks every criterion and "
         "gives it the next prompt until all pass. Start one with, for example:\n"
@@ -176,6 +191,46 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
         "pytest-ralph: `pytest --ralph-status` shows the run, `pytest --ralph-cancel` disarms "
         "it, `pytest --ralph-doctor` checks the wiring.")
     return 0, "\n".join(lines)
+
+
+def _already_armed(state: StateDir, history: History | None = None) -> str:
+    """The message for a driven run already armed or running in ``state`` (its arming file
+    rewritten when it is missing or does not name it), or ``""`` when there is none."""
+    if history is None:
+        try:
+            with History.open(state.root / DB_NAME, readonly=True) as ro:
+                return _already_armed(state, ro)
+        except HistoryError:  # none yet, or damaged: the locked open says what is wrong
+            return ""
+    for run in history.driven_runs():
+        drv = history.driver(run.id)
+        if drv is None:
+            continue
+        owner = (f"adopted by Claude Code session {drv.session_id}" if drv.session_id else
+                 "waiting for the first Stop of a Claude Code session")
+        note = ""
+        try:
+            intact = read_marker(drv.marker).run == run.id
+        except MarkerError:
+            intact = False
+        if not intact:
+            with contextlib.suppress(MarkerError):
+                write_marker(Armed(drv.marker, run.id, state.root, run.rootdir, drv.session_id))
+                note = f"; its arming file {drv.marker} was missing or damaged and is restored"
+        return (f"pytest-ralph: run {run.id} of {run.prd} is already armed ({owner}){note}; "
+                "nothing else to do (`pytest --ralph-cancel` disarms it)")
+    return ""
+
+
+def _good_prd_copy(run: RunRecord) -> Path:
+    """Where the last PRD that loaded is kept for the run (a PRD broken between two Stops is
+    then checked, and fails, instead of ending the loop)."""
+    return run.run_dir.path / f"prd.last-good{run.prd.path.suffix}"
+
+
+def _keep_good_prd(run: RunRecord) -> None:
+    with contextlib.suppress(OSError):
+        _good_prd_copy(run).write_bytes(run.prd.path.read_bytes())
 
 
 # -- one Stop --------------------------------------------------------------------------------
@@ -264,16 +319,29 @@ class _DrivenLoop(Loop):
             self._print(f"pytest-ralph: Claude Code session {session} adopted run {run_id}")
         elif drv.session_id != session:
             return Answer()
+        state = StateDir(self.settings.dir)
+        run_dir = RunDir(state.root / "runs" / run_id)
+        run_dir.path.mkdir(parents=True, exist_ok=True)
         try:
             prd = load_prd(stored.prd, max_bytes=self.settings.max_prd_bytes)
+            broken = False
         except PRDError as exc:
-            text = (f"pytest-ralph: the PRD of run {run_id} does not load, so the criteria "
-                    f"cannot be checked: {exc.describe()}")
-            return Answer(allow(text), text + "; the stop is allowed and the run stays armed")
-        state = StateDir(self.settings.dir)
+            # Checked anyway with the last PRD that loaded: the check phase fails on the broken
+            # file, so the iteration counts and the next prompt says what is wrong.
+            copy = run_dir.path / f"prd.last-good{stored.prd.suffix}"
+            try:
+                prd = replace(load_prd(copy, max_bytes=self.settings.max_prd_bytes),
+                              path=stored.prd)
+            except PRDError:
+                text = (f"pytest-ralph: the PRD of run {run_id} does not load, so the criteria "
+                        f"cannot be checked: {exc.describe()}")
+                return Answer(allow(text), text + "; the stop is allowed and the run stays "
+                                                  "armed")
+            broken = True
         run = RunRecord(prd=prd, settings=self.settings, argv=list(SESSION_ARGV),
-                        run_dir=RunDir(state.root / "runs" / run_id), started=stored.started)
-        run.run_dir.path.mkdir(parents=True, exist_ok=True)
+                        run_dir=run_dir, started=stored.started)
+        if not broken:
+            _keep_good_prd(run)
         try:
             run.oracle = snapshot_from_json(stored.oracle)
         except ValueError:
@@ -287,7 +355,9 @@ class _DrivenLoop(Loop):
         if not run.iterations:
             code = self._baseline(run, state, phase)
         else:
-            phase = self._expected(run, phase)
+            # The criteria of the baseline (taken when the run was armed) are the ones checked:
+            # one removed from the PRD since then fails as missing.
+            phase = self._expected(run, replace(phase, expected=()))
             cur = self._cursor(run)
             n = run.last.n + 1
             started = drv.turn_started or _now()
@@ -346,8 +416,14 @@ class _DrivenLoop(Loop):
         run.status, run.exit_code, run.reason = "running", None, ""
 
     def _block(self, run: RunRecord, state: StateDir, promise_missing: bool) -> Answer:
-        """Block the stop with the next iteration's prompt."""
+        """Block the stop with the next iteration's prompt (unless the run was cancelled
+        while its criteria were being checked)."""
         s = self.settings
+        now = self.history.run(run.run_dir.id)
+        if now is None or now.status != "running":
+            status = now.status if now else "gone"
+            return Answer(stderr=f"pytest-ralph: run {run.run_dir.id} was {status} while this "
+                                 "Stop was being checked; the stop is allowed")
         n = run.last.n + 1
         folder = run.run_dir.iteration_dir(n)
         failing = len(run.last.results.failing)

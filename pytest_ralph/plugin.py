@@ -226,6 +226,15 @@ def _command(config: pytest.Config, flag: str) -> tuple[int, str]:
             raise pytest.UsageError(
                 "pytest-ralph: --ralph-init needs a driver: `pytest --ralph-init --ralph-driver "
                 "claude` arms a loop for Claude Code (project scaffolding is not there yet)")
+        selection = [flag for flag, value in (("-k", config.getoption("keyword", "")),
+                                              ("-m", config.getoption("markexpr", "")),
+                                              ("--deselect", config.getoption("deselect", None)))
+                     if value]
+        if selection:
+            raise pytest.UsageError(
+                f"pytest-ralph: {' and '.join(selection)} cannot be used with --ralph-init: a "
+                "Claude Code run checks every criterion of its stories; choose stories with "
+                "--ralph-story ID instead")
         from .driver import arm
 
         return arm(settings, rootdir=config.rootpath, inifile=config.inipath,
