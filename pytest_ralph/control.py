@@ -27,7 +27,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from .arming import remove_marker
+from .arming import MarkerError, read_marker, remove_marker
 from .history import DB_NAME, History, HistoryError, NoHistory, StoredDriver, StoredRun
 from .state import FILE_LOCKS, StateDir
 
@@ -158,6 +158,14 @@ def _render(history: History, run: StoredRun, lock: _Lock, now: _dt.datetime) ->
         state = (f"driven by Claude Code session {drv.session_id} through its Stop hook"
                  if drv.session_id else "armed for the Claude Code Stop hook: the first "
                  "Claude Code session that stops in the project adopts it")
+        try:
+            intact = read_marker(drv.marker).run == run.id
+        except MarkerError:
+            intact = False
+        if not intact:
+            state += (f"; but its arming file {drv.marker} is missing or damaged, so the hook "
+                      "does not see the run: `pytest --ralph-init --ralph-driver claude` "
+                      "restores it, `pytest --ralph-cancel` disarms the run")
     elif drv is not None:
         state += " (a Claude Code run; `pytest --ralph-init --ralph-driver claude` arms a new one)"
     elif running:

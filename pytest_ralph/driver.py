@@ -17,7 +17,8 @@ checks every criterion in a child pytest, records the iteration in the same run 
 Arming checks the baseline (iteration 0), as ``pytest --ralph`` does before its first agent
 run; the session's first turn (the user's own prompt) is iteration 1, and iteration ``n`` is
 its turn after the ``(n-1)``-th block. So every Stop is an iteration that the oracle guard,
-the breaker and the completion promise apply to. The loop's own limits bound it; ``stop_hook_active`` is not needed.
+the breaker and the completion promise apply to. The loop's own limits bound it;
+``stop_hook_active`` is not needed.
 
 Output format: the Claude Code hooks reference, https://code.claude.com/docs/en/hooks
 (``Stop`` decision control), as :mod:`pytest_ralph.stop_payload` writes it.

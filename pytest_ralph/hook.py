@@ -126,9 +126,13 @@ def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None,
     out = sys.stdout.buffer if stdout is None else stdout
     err = sys.stderr.buffer if stderr is None else stderr
     try:
-        data = (sys.stdin.buffer if stdin is None else stdin).read(MAX_STDIN_BYTES)
+        data = (sys.stdin.buffer if stdin is None else stdin).read(MAX_STDIN_BYTES + 1)
     except (OSError, ValueError) as exc:  # a closed or unreadable stdin
         _say(err, f"pytest-ralph hook: cannot read stdin ({exc}); the stop is allowed")
+        return 0
+    if len(data) > MAX_STDIN_BYTES:
+        _say(err, f"pytest-ralph hook: the Stop payload on stdin is over {MAX_STDIN_BYTES} "
+                  "bytes, more than any Stop payload holds; the stop is allowed")
         return 0
     if env.get(CONTROLLER_ENV):
         return 0  # an agent run of `pytest --ralph`: its controller decides, not this hook

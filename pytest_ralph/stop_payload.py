@@ -178,7 +178,9 @@ def parse_payload(data: bytes) -> StopPayload:
         problems.append(f"stdin is not valid JSON: {exc}")
         return StopPayload(problems=tuple(problems))
     if not isinstance(obj, dict):
-        problems.append(f"stdin JSON is an {_type_name(obj)}, expected an object")
+        kind = _type_name(obj)
+        what = kind if kind == "null" else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+        problems.append(f"stdin JSON is {what}, expected an object")
         return StopPayload(problems=tuple(problems))
 
     fields: dict[str, Any] = {}
@@ -278,7 +280,16 @@ def _reversed_lines(path: str, max_bytes: int) -> Iterator[bytes]:
     line without a newline is yielded (it may be a partial write: the caller's parse rejects
     it); the line cut by the bound is not.
     """
-    with open(path, "rb") as file:
+    import os
+    import stat
+
+    # O_NONBLOCK: a FIFO planted at the path must not hang the hook; anything but a regular
+    # file is refused (ValueError, taken as "no message") before a byte is read.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{path} is not a regular file")
+    with open(fd, "rb") as file:
         pos = file.seek(0, 2)
         budget = max(0, max_bytes)
         pending: list[bytes] = []  # pieces of the line being assembled, last piece first
@@ -346,15 +357,40 @@ def find_promise(message: str, promise: str) -> bool:
     ``"<promise>" + fold_whitespace(promise) + "</promise>"``. So ``<promise>ALL  DONE</promise>``
     and a promise split over lines both match ``"ALL DONE"``, but a tag inside prose, quoted,
     in backticks or after other words does not, nor does the bare promise text, nor padding
-    inside the tag. A promise that folds to ``""`` never matches.
+    inside the tag, nor a tag inside a fenced code block (```` ``` ```` or ``~~~``, as
+    CommonMark fences them: quoting the instructions is not making the promise). A promise
+    that folds to ``""`` never matches.
     """
     expected = fold_whitespace(promise)
     if not expected:
         return False
-    for match in _PROMISE_SPAN.finditer(message):
+    for match in _PROMISE_SPAN.finditer(_outside_code_fences(message)):
         if fold_whitespace(match.group(0)) == f"<promise>{expected}</promise>":
             return True
     return False
+
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+def _outside_code_fences(text: str) -> str:
+    """``text`` with every line of a fenced code block (fences included) emptied; an
+    unclosed fence runs to the end, as in CommonMark."""
+    out: list[str] = []
+    fence = ""
+    for line in text.split("\n"):
+        m = _FENCE.match(line)
+        if not fence and m:
+            fence = m.group(1)
+            out.append("")
+        elif fence:
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and \
+                    not line.strip().strip(fence[0]):
+                fence = ""
+            out.append("")
+        else:
+            out.append(line)
+    return "\n".join(out)
 
 
 # --- hook output ---------------------------------------------------------------------------

@@ -102,13 +102,13 @@ def test_empty_stdin(data: bytes) -> None:
     assert p == StopPayload(problems=("stdin is empty: no Stop hook payload",))
 
 
-@pytest.mark.parametrize(("data", "kind"), [
-    (b'[{"session_id": "x"}]', "array"), (b'"Stop"', "string"), (b"5", "number"),
+@pytest.mark.parametrize(("data", "what"), [
+    (b'[{"session_id": "x"}]', "an array"), (b'"Stop"', "a string"), (b"5", "a number"),
     (b"null", "null"),
 ])
-def test_json_that_is_not_an_object(data: bytes, kind: str) -> None:
+def test_json_that_is_not_an_object(data: bytes, what: str) -> None:
     p = parse_payload(data)
-    assert p.session_id is None and p.problems == (f"stdin JSON is an {kind}, expected an object",)
+    assert p.session_id is None and p.problems == (f"stdin JSON is {what}, expected an object",)
 
 
 def test_wrong_types_become_problems() -> None:
@@ -404,3 +404,27 @@ def test_import_pulls_in_no_heavy_dependency() -> None:
                 for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert "pytest_ralph" in imported
     assert not imported & {"pytest", "_pytest", "jsonschema", "yaml", "pluggy"}
+
+
+@pytest.mark.parametrize("message", [
+    "Here is what the instructions say:\n```\n<promise>ALL DONE</promise>\n```",
+    "```text\n<promise>ALL DONE</promise>\n",  # an unclosed fence runs to the end
+    "~~~~\n<promise>ALL DONE</promise>\n~~~\nstill inside\n",  # a shorter fence does not close
+    "   ```\n<promise>ALL DONE</promise>\n   ```",
+])
+def test_a_tag_inside_a_fenced_code_block_is_a_quote(message: str) -> None:
+    assert not find_promise(message, "ALL DONE")
+
+
+def test_a_tag_after_a_closed_fence_counts() -> None:
+    message = "```python\nprint('x')\n```\nAll criteria pass.\n<promise>ALL DONE</promise>\n"
+    assert find_promise(message, "ALL DONE")
+
+
+def test_a_fifo_as_transcript_gives_no_message_without_hanging(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "t.jsonl"
+    os.mkfifo(fifo)
+    assert last_transcript_message(str(fifo)) is None
+    assert last_transcript_message(str(tmp_path)) is None  # a folder
