@@ -429,6 +429,9 @@ def find_executable(command: str, *, cwd: Path, env: Mapping[str, str],
     if not words:
         raise ValueError("it names no program")
     word = words[0]
+    literal = Path(word) if Path(word).is_absolute() else cwd / word
+    if ("$" in word or word.startswith("~")) and literal.is_file():
+        return Executable(word, literal)  # a quoted path that holds `$` or `~` as text
     unset = [m.group(1) or m.group(2) for m in _VARIABLE.finditer(word)
              if (m.group(1) or m.group(2)) not in env]
     if unset:
