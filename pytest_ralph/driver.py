@@ -156,7 +156,6 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
             loop._db_sig = _db_signature(history.path)
             run = RunRecord(prd=prd, settings=settings, argv=list(SESSION_ARGV),
                             run_dir=run_dir, started=started, oracle=oracle)
-            _keep_good_prd(run)
             # The baseline is checked now, so that every Stop of the session is an iteration
             # that the oracle guard and the completion promise apply to.
             code = loop._baseline(run, state, loop._phase_config(prd))
@@ -165,6 +164,7 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
                 lines.append(log.getvalue().rstrip("\n"))
                 lines.append(f"pytest-ralph: nothing armed: {run.reason}; report {report}")
                 return (0 if code == EXIT_COMPLETE else code), "\n".join(lines)
+            _keep_good_prd(run)  # after the baseline wrote its notes back
             history.set_turn(run_dir.id, _now(), tree_snapshot(rootdir))
             try:
                 write_marker(Armed(marker, run_dir.id, state.root, rootdir))

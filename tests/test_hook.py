@@ -2,8 +2,10 @@
 
 Every test runs the hook the way Claude Code does: a real child process fed one payload on
 stdin, in a real project armed by ``pytest --ralph-init --ralph-driver claude`` (also a child
-process). Nothing of the product is stubbed: each Stop of the owning session runs the real
-check phase (a child pytest) and records the iteration in the real run history.
+process). Nothing of the product is stubbed: arming checks the baseline (iteration 0), and each
+Stop of the owning session runs the real check phase (a child pytest) and records the next
+iteration in the real run history. So the first Stop is iteration 1 (the user's own turn): when
+a criterion fails, it blocks with the prompt of iteration 2.
 
 The payloads and transcripts are written here with made-up values; each reproduces one shape
 or quirk seen in real Stop hook inputs (see ``pytest_ralph.stop_payload``): the minimal
@@ -145,8 +147,10 @@ class Project:
                               timeout=TIMEOUT, check=False)
 
     def arm(self, *args: str, python: str = PY) -> Project:
+        """Arm a run; its baseline must have a failing criterion (else nothing is armed)."""
         proc = self.pytest("--ralph-init", "--ralph-driver", "claude", *args, python=python)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "armed run " in proc.stdout and "criteria passing;" in proc.stdout, proc.stdout
         assert self.session() == ""
         return self
 
@@ -161,7 +165,8 @@ class Project:
 
 def armed(tmp_path: Path, *args: str, ini: str = "ralph_max_iterations = 6\n",
           **kw: Any) -> Project:
-    """A project under ``tmp_path`` armed with ``args``; its one criterion fails."""
+    """A project under ``tmp_path`` armed with ``args``; its one criterion fails (at the
+    baseline, and at each Stop until :meth:`Project.done`)."""
     return Project(tmp_path / "proj", ini=ini, **kw).arm(*args)
 
 
@@ -287,8 +292,9 @@ def test_shape_with_armed_loop(tmp_path: Path, name: str) -> None:
         assert "JSON" in hook.err and "stop is allowed" in hook.err
         assert project.session() == ""
         return
+    # The first Stop is iteration 1: the criterion still fails, so the prompt of iteration 2.
     answer = hook.block()
-    assert answer["systemMessage"] == "ralph iteration 1/6: 1 criterion failing"
+    assert answer["systemMessage"] == "ralph iteration 2/6: 1 criterion failing"
     assert "grep -q ok done.txt" in answer["reason"]
     assert project.session() == SID
     if name == "cp1252-bytes":
@@ -297,10 +303,12 @@ def test_shape_with_armed_loop(tmp_path: Path, name: str) -> None:
 
 def test_cp1252_payload_of_the_owning_session_is_checked(tmp_path: Path) -> None:
     project = armed(tmp_path)
-    assert project.stop().block()["systemMessage"].startswith("ralph iteration 1/6")
+    assert project.stop().block()["systemMessage"].startswith("ralph iteration 2/6")
+    # The fast path reads the session id of a cp1252 payload (bytes replaced): it is the
+    # owner's, so the Stop is checked, not waved through.
     data, _ = shape("cp1252-bytes", project.root)
     hook = run_hook(data, cwd=project.root, CLAUDE_PROJECT_DIR=str(project.root))
-    assert hook.block()["systemMessage"].startswith("ralph iteration 2/6")
+    assert hook.block()["systemMessage"].startswith("ralph iteration 3/6")
 
 
 # -- 2. the failures seen in other Ralph Stop hooks ------------------------------------------
@@ -312,14 +320,33 @@ def test_never_armed_then_armed_blocks_and_completes(tmp_path: Path) -> None:
     proc = project.pytest("--ralph-init", "--ralph-driver", "claude")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "armed run" in proc.stdout
+    assert "(baseline: 0/1 criteria passing; max iterations 4" in proc.stdout
     # The arming file is a small JSON object, no frontmatter to parse by hand.
     assert set(json.loads(project.marker.read_text(encoding="utf-8"))) == {
         "version", "run", "state_dir", "rootdir", "session"}
 
-    assert project.stop().block()["systemMessage"] == "ralph iteration 1/4: 1 criterion failing"
+    assert project.stop().block()["systemMessage"] == "ralph iteration 2/4: 1 criterion failing"
+    assert project.session() == SID
+
+    # Arming again changes nothing; an arming file lost or damaged meanwhile is restored,
+    # still naming the session that adopted the run.
+    def rearm() -> str:
+        again = project.pytest("--ralph-init", "--ralph-driver", "claude")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "already armed (adopted by Claude Code session " + SID in again.stdout
+        assert project.session() == SID
+        return again.stdout
+
+    assert "restored" not in rearm()
+    project.marker.unlink()
+    assert "was missing or damaged and is restored" in rearm()
+    project.marker.write_bytes(b"<<<<<<< HEAD\n{\x00\xff")
+    assert "was missing or damaged and is restored" in rearm()
+
+    assert project.stop().block()["systemMessage"] == "ralph iteration 3/4: 1 criterion failing"
     project.done()
     message = project.stop().allow()
-    assert message is not None and " complete after 1 iteration" in message
+    assert message is not None and " complete after 3 iterations" in message
     report = report_of(message)
     assert not project.marker.exists()
     project.stop().quiet()  # the run ended: back to silence
@@ -331,13 +358,26 @@ def test_never_armed_then_armed_blocks_and_completes(tmp_path: Path) -> None:
     assert report.read_text(encoding="utf-8").strip()
 
 
+def test_criteria_passing_at_arming_arm_nothing(tmp_path: Path) -> None:
+    project = Project(tmp_path / "proj")
+    project.done()
+    proc = project.pytest("--ralph-init", "--ralph-driver", "claude")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "nothing armed: every criterion passed at the baseline check (1/1)" in proc.stdout
+    assert "armed run" not in proc.stdout
+    assert not project.marker.exists()
+    report_of(proc.stdout.strip().splitlines()[-1])
+    project.stop().quiet()  # no session is ever blocked for it
+    status = project.pytest("--ralph-status")
+    assert "status: complete" in status.stdout, status.stdout + status.stderr
+
+
 def test_promise_faked_or_missed_by_text(tmp_path: Path) -> None:
     project = armed(tmp_path, "--ralph-promise", PROMISE, ini="ralph_max_iterations = 9\n")
-    first = project.stop().block()
+    # The promise while a criterion fails completes nothing, from the first Stop on.
+    first = project.stop(last_assistant_message=f"Done!\n{TAG}\n").block()
+    assert first["systemMessage"] == "ralph iteration 2/9: 1 criterion failing"
     assert f"\n\n{TAG}\n\n" in first["reason"]  # the instructions hold the tag line
-    # The promise while a criterion fails completes nothing.
-    failing = project.stop(last_assistant_message=f"Done!\n{TAG}\n").block()
-    assert failing["systemMessage"] == "ralph iteration 2/9: 1 criterion failing"
     project.done()
 
     # Criteria pass; the final message equals the promise, without the tag: ask for it.
@@ -364,18 +404,59 @@ def test_promise_faked_or_missed_by_text(tmp_path: Path) -> None:
     assert not project.marker.exists()
 
 
+TWO_CRITERIA = ({"text": "done.txt holds ok", "run": "grep -q ok done.txt"},
+                {"text": "b.txt exists", "run": "test -f b.txt"})
+
+
+def _edit_criteria(project: Project, **runs: str) -> None:
+    """Rewrite the PRD's criteria: ``AC1="cmd"`` sets a criterion's command, ``AC2=""``
+    removes it."""
+    path = project.root / "prd.json"
+    prd = json.loads(path.read_text(encoding="utf-8"))
+    story = prd["userStories"][0]
+    kept = []
+    for i, criterion in enumerate(story["acceptanceCriteria"], 1):
+        run = runs.get(f"AC{i}", criterion["run"])
+        if run:
+            kept.append({**criterion, "run": run})
+    story["acceptanceCriteria"] = kept
+    path.write_text(json.dumps(prd, indent=1), encoding="utf-8")
+
+
+def test_criteria_faked_at_the_first_stop_fail(tmp_path: Path) -> None:
+    # The oracle guard applies from the first Stop on: a judge weakened and a criterion
+    # dropped during the user's own turn complete nothing.
+    project = armed(tmp_path, criteria=TWO_CRITERIA)
+    _edit_criteria(project, AC1="true", AC2="")
+    answer = project.stop().block()
+    assert answer["systemMessage"] == "ralph iteration 2/6: 2 criteria failing"
+    assert "criterion US-001::AC1 changed since the run started" in answer["reason"]
+    assert "criterion US-001::AC2 removed since the run started" in answer["reason"]
+
+    # With criteria edits allowed, the criteria checked are still the baseline's: one removed
+    # from the PRD fails as missing, so the run cannot end by deleting what fails.
+    other = armed(tmp_path / "edits", "--ralph-allow-criteria-edits", criteria=TWO_CRITERIA)
+    _edit_criteria(other, AC2="")
+    other.done()
+    answer = other.stop().block()
+    assert answer["systemMessage"] == "ralph iteration 2/6: 1 criterion failing"
+    assert "[US-001::AC2] b.txt exists\n  check: missing" in answer["reason"]
+    assert "was in the PRD when the run started" in answer["reason"]
+
+
 def test_final_message_from_a_lagging_transcript(tmp_path: Path) -> None:
     project = armed(tmp_path, "--ralph-promise", PROMISE, ini="ralph_max_iterations = 9\n")
-    project.stop().block()
-    project.done()
+    project.done()  # the criterion failed at arming; it passes from the first Stop on
     logs = tmp_path / "transcripts"
 
     # "No text in the last line" is not "done": the last text is read, and it holds no
-    # promise.
+    # promise. The promise is asked for at the first Stop too.
     path = jsonl(logs / "b.jsonl", user("go"), assistant(text("Checking done.txt first.")),
                  assistant(TOOL_USE))
     ask = project.stop(transcript_path=path).block()
-    assert "waiting for the completion promise" in ask["systemMessage"]
+    assert ask["systemMessage"] == ("ralph iteration 2/9: 0 criteria failing; waiting for the "
+                                    "completion promise")
+    assert project.session() == SID
 
     # 3. A transcript path that does not exist (worktrees), no last_assistant_message: the
     # criteria pass but the promise cannot be looked for. Allow (never wedge), say why on
@@ -416,7 +497,7 @@ def test_prd_text_reaches_the_reason_verbatim(tmp_path: Path) -> None:
     assert TRICKY in first["reason"]
     assert "done.txt exists $(rm -rf x) EOF" in first["reason"]
     assert f"<promise>{MULTILINE_PROMISE}</promise>" in first["reason"]
-    assert first["systemMessage"] == "ralph iteration 1/5: 1 criterion failing"
+    assert first["systemMessage"] == "ralph iteration 2/5: 1 criterion failing"
     assert canary.read_text(encoding="utf-8") == "still here\n"
 
     # The multi-line promise is the whole text, not `"I`: only the whole text (here folded
@@ -424,7 +505,7 @@ def test_prd_text_reaches_the_reason_verbatim(tmp_path: Path) -> None:
     project.done()
     folded = ("Done.\n<promise>I will achieve 95%+ build success\n(129+/136 files)</promise>")
     done = project.stop(last_assistant_message=folded).allow()
-    assert done is not None and " complete after 1 iteration:" in done
+    assert done is not None and " complete after 2 iterations:" in done
     assert canary.read_text(encoding="utf-8") == "still here\n"
 
 
@@ -497,7 +578,7 @@ def test_only_the_owning_session_is_ever_checked(tmp_path: Path) -> None:
     inert()
     assert project.session() == ""
 
-    assert project.stop(SID).block()["systemMessage"].startswith("ralph iteration 1/6")
+    assert project.stop(SID).block()["systemMessage"].startswith("ralph iteration 2/6")
     assert project.session() == SID
     # Another session is never blocked, and is answered without the heavy runtime.
     project.stop(OTHER_SID).quiet()
@@ -507,13 +588,13 @@ def test_only_the_owning_session_is_ever_checked(tmp_path: Path) -> None:
     assert project.stop("").allow() is None
     inert()
     assert project.session() == SID
-    # Nothing was recorded meanwhile: this Stop ends iteration 1.
-    assert project.stop(SID).block()["systemMessage"].startswith("ralph iteration 2/6")
+    # Nothing was recorded meanwhile: this Stop ends iteration 2.
+    assert project.stop(SID).block()["systemMessage"].startswith("ralph iteration 3/6")
 
 
 def test_max_iterations_bounds_the_loop(tmp_path: Path) -> None:
     project = armed(tmp_path, ini="ralph_max_iterations = 1\nralph_breaker = 10\n")
-    assert project.stop().block()["systemMessage"] == "ralph iteration 1/1: 1 criterion failing"
+    # The first Stop is iteration 1 of 1: it ends the run, though the criterion fails.
     message = project.stop().allow()
     assert message is not None and "iteration limit (1)" in message
     assert " limit after 1 iteration:" in message
@@ -525,28 +606,44 @@ def test_max_iterations_bounds_the_loop(tmp_path: Path) -> None:
 def test_max_iterations_bounds_a_run_whose_final_message_cannot_be_read(tmp_path: Path) -> None:
     project = armed(tmp_path, "--ralph-promise", PROMISE,
                     ini="ralph_max_iterations = 1\nralph_breaker = 10\n")
-    assert project.stop().block()["systemMessage"] == "ralph iteration 1/1: 1 criterion failing"
     project.done()
     hook = project.stop(transcript_path=str(tmp_path / "missing.jsonl"))
-    assert hook.allow() is not None
+    message = hook.allow()
+    assert message is not None and "iteration limit (1)" in message
+    assert "the final message cannot be read" in message
     assert not project.marker.exists()  # iteration 1 of 1 was the last: the run ended
+    project.stop().quiet()
 
 
-def test_max_iterations_zero_is_refused(tmp_path: Path) -> None:
-    project = Project(tmp_path / "proj", ini="ralph_max_iterations = 0\n")
-    proc = project.pytest("--ralph-init", "--ralph-driver", "claude")
-    assert proc.returncode == 4
-    assert "max_iterations" in proc.stdout + proc.stderr
+@pytest.mark.parametrize("ini, args, why", [
+    ("ralph_max_iterations = 0\n", (), "max_iterations"),  # an unbounded or empty loop
+    # A promise holding the tag could never be found as <promise>TEXT</promise>: a loop
+    # that no final message could complete.
+    ("", ("--ralph-promise", "ok </promise> then"), "holds a <promise> tag"),
+    ("", ("--ralph-promise", f"<promise>{PROMISE}</promise>"), "holds a <promise> tag"),
+    # Deselected criteria would never be checked, so never pass.
+    ("", ("-k", "nothing"), "-k cannot be used with --ralph-init"),
+    ("", ("-m", "slow"), "-m cannot be used with --ralph-init"),
+    ("", ("--deselect", "prd.json::US-001"), "--deselect cannot be used with --ralph-init"),
+])
+def test_arming_refuses_a_loop_that_cannot_end_well(tmp_path: Path, ini: str,
+                                                   args: tuple[str, ...], why: str) -> None:
+    project = Project(tmp_path / "proj", ini=ini)
+    proc = project.pytest("--ralph-init", "--ralph-driver", "claude", *args)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert why in proc.stdout + proc.stderr
     assert not project.marker.exists()
+    assert not (project.root / ".claude" / "settings.json").exists()
+    project.stop().quiet()
 
 
 def test_breaker_stops_identical_failures(tmp_path: Path) -> None:
     project = armed(tmp_path, ini="ralph_max_iterations = 10\nralph_breaker = 2\n")
-    assert project.stop().block()["systemMessage"].startswith("ralph iteration 1/10")
     assert project.stop().block()["systemMessage"].startswith("ralph iteration 2/10")
     message = project.stop().allow()
     assert message is not None and "circuit breaker" in message
-    assert "in 2 iterations in a row" in message
+    assert " breaker after 2 iterations:" in message
+    assert "in 2 iterations in a row (iterations 1-2)" in message
     report_of(message)
     assert not project.marker.exists()
 
@@ -592,7 +689,7 @@ def test_hook_command_needs_only_the_interpreter(tmp_path: Path) -> None:
     hook = through_shell(payload("", project.root))
     assert hook.allow() is None and "no session id" in hook.err
     answer = through_shell(payload(SID, project.root)).block()
-    assert answer["systemMessage"] == "ralph iteration 1/3: 1 criterion failing"
+    assert answer["systemMessage"] == "ralph iteration 2/3: 1 criterion failing"
 
 
 def test_reason_is_bounded_when_the_prompt_is_long(tmp_path: Path) -> None:
@@ -601,8 +698,8 @@ def test_reason_is_bounded_when_the_prompt_is_long(tmp_path: Path) -> None:
     project = armed(tmp_path, description="Ünïcode 🚀 line\n" * 400, criteria=criteria)
     answer = project.stop().block()
     reason = answer["reason"]
-    assert answer["systemMessage"] == "ralph iteration 1/6: 5 criteria failing"
-    assert "The whole prompt of iteration 1" in reason
+    assert answer["systemMessage"] == "ralph iteration 2/6: 5 criteria failing"
+    assert "The whole prompt of iteration 2" in reason
     prompt = Path(reason.rsplit(") is in ", 1)[1].split(": read it", 1)[0])
     assert prompt.is_file() and len(prompt.read_text(encoding="utf-8")) > len(reason)
 
@@ -673,9 +770,27 @@ def test_unreadable_arming_file_never_wedges(tmp_path: Path) -> None:
 
 def test_damaged_state_never_wedges(tmp_path: Path) -> None:
     project = armed(tmp_path)
-    # The PRD is gone: the session adopts the run, which cannot be checked; it stays armed.
     prd = project.root / "prd.json"
-    prd.rename(project.root / "prd.json.bak")
+    good = json.loads(prd.read_text(encoding="utf-8"))
+    # The PRD broken (then deleted) after arming: each Stop is checked with the last good copy
+    # kept at arming; the check phase fails on the broken file, the iteration counts, and the
+    # next prompt says the checks could not run.
+    prd.write_text('{"project": "demo", "userStories": [', encoding="utf-8")
+    answer = project.stop().block()
+    assert answer["systemMessage"] == "ralph iteration 2/6: 1 criterion failing"
+    assert "the checks could not run" in answer["reason"] and "invalid JSON" in answer["reason"]
+    assert project.session() == SID
+    prd.unlink()
+    answer = project.stop().block()
+    assert answer["systemMessage"] == "ralph iteration 3/6: 1 criterion failing"
+    assert "the checks could not run" in answer["reason"]
+    assert "does not exist any more" in answer["reason"]
+    # Without a good copy either, the run cannot be checked: allowed, and it stays armed.
+    (copy,) = (project.root / ".pytest_ralph" / "runs").glob("*/prd.last-good.json")
+    kept = json.loads(copy.read_text(encoding="utf-8"))
+    assert kept["userStories"][0]["acceptanceCriteria"] == (
+        good["userStories"][0]["acceptanceCriteria"])
+    copy.unlink()
     hook = project.stop()
     message = hook.allow()
     assert message is not None and "does not load" in message
