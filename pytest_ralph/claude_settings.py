@@ -44,6 +44,8 @@ HOOK_MODULE = "pytest_ralph.hook"
 DEFAULT_TIMEOUT = 600
 #: Characters that a Windows shell (cmd, PowerShell or Git Bash) would still interpret inside
 #: double quotes; an interpreter path holding one cannot be quoted safely for all of them.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
 _WINDOWS_UNSAFE = '"$`%'
 # A command that runs our module, whatever the interpreter: "... -m pytest_ralph.hook [args]".
 #: The console script that runs the hook (``[project.scripts]`` in pyproject.toml).
@@ -204,7 +206,7 @@ def merge_stop_hook(settings_path: Path, command: str, *,
                     continue
                 found = True
                 own = handler.get("timeout")
-                if isinstance(own, int) and not isinstance(own, bool) and own > timeout:
+                if isinstance(own, (int, float)) and not isinstance(own, bool) and own > timeout:
                     wanted = {**wanted, "timeout": own}  # never lower a timeout you set
                 for key, value in wanted.items():
                     if handler.get(key) != value or type(handler.get(key)) is not type(value):
@@ -379,12 +381,11 @@ def _write(path: Path, settings: dict[str, Any]) -> None:
     except ValueError:  # 1e400 read as infinity: JSON has no way to write it back
         raise SettingsFileError(
             path, "holds a number too large for JSON to write back (such as 1e400, read as "
-                  "infinity); nothing was changed: write it as a string or a smaller number, "
-                  "or add the hook by hand.") from None
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate escape (\ud800): keep it escaped
-        text = json.dumps(settings, indent=2, ensure_ascii=True) + "\n"
+                  "infinity): write it as a string or a smaller number, or add the hook by "
+                  "hand.") from None
+    # A lone surrogate escape read from the file ("\ud800") cannot be written as UTF-8: keep
+    # it escaped, and only it.
+    text = _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     tmp: str | None = None
     try:
         try:

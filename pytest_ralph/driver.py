@@ -399,6 +399,11 @@ class _DrivenLoop(Loop):
         if code is None:
             code = self._spent(run)
         if code is not None:
+            now = history.run(run_id)
+            if now is None or now.status != "running":  # cancelled while this Stop was checked
+                return Answer(stderr=f"pytest-ralph: run {run_id} was "
+                                     f"{now.status if now else 'removed'} while this Stop was "
+                                     "being checked; the stop is allowed")
             report = self._finish(run, state)
             remove_marker(armed.path, run_id)
             n_done = max(len(run.iterations) - 1, 0)

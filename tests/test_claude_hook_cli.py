@@ -7,9 +7,10 @@ real ``python -m pytest_ralph.hook`` from the project's ``.claude/settings.json`
 show, from the outside (the CLI's stream-json output, what it sent to the model, the files it
 left and the run history):
 
-- an armed loop blocks while a criterion fails, the model gets the block reason and acts on
-  it with a real tool call, and the session stops once the criteria pass, with the run
-  recorded ``complete``;
+- an armed loop (its baseline, iteration 0, checked when armed) blocks while a criterion
+  fails: the session's first Stop is iteration 1 and blocks with the prompt of iteration 2;
+  the model gets the block reason and acts on it with a real tool call, and the session stops
+  once the criteria pass, with the run recorded ``complete``;
 - at the iteration limit the stop goes ahead (no wedged session) and the run is ``limit``;
 - a session other than the one that adopted the run is never blocked.
 
@@ -279,8 +280,9 @@ def project(tmp_path: Path, claude_bin: Path, claude_env: dict[str, str]) -> Pro
 
 def test_blocks_until_the_model_makes_the_criterion_pass(project: Project,
                                                          model_server: ModelServer) -> None:
-    """Turn 1 only looks around; its Stop blocks with the failing criterion; the model reads
-    that reason and writes done.txt (a real Write); turn 3's Stop passes and is allowed."""
+    """Turn 1 (iteration 1) only looks around; its Stop blocks with the failing criterion and
+    the prompt of iteration 2; the model reads that reason and writes done.txt (a real Write);
+    the next Stop (iteration 2) passes and is allowed."""
     target = project.path / "done.txt"
 
     def act_on_feedback(body: dict[str, Any]) -> Sequence[Block]:
@@ -305,21 +307,22 @@ def test_blocks_until_the_model_makes_the_criterion_pass(project: Project,
     assert (result["is_error"], result["terminal_reason"], result["result"]) == (
         False, "completed", "Done."), why
     assert result["session_id"] == session.session_id
-    # Two Stop events: the first blocked with the prompt of iteration 1, the second allowed.
-    prompt = (project.path / ".pytest_ralph" / "runs" / project.run_id / "iteration-001"
+    # Two Stop events: the first (iteration 1) blocked with the prompt of iteration 2, the
+    # second (iteration 2) allowed.
+    prompt = (project.path / ".pytest_ralph" / "runs" / project.run_id / "iteration-002"
               / "prompt.md").read_text(encoding="utf-8")
     assert [h.get("exit_code") for h in session.stop_hooks] == [0, 0], why
     first, second = session.hook_answers()
     assert first == {"decision": "block", "reason": prompt,
-                     "systemMessage": "ralph iteration 1/5: 1 criterion failing"}, why
+                     "systemMessage": "ralph iteration 2/5: 1 criterion failing"}, why
     assert second is not None and set(second) == {"systemMessage"}, why
     assert second["systemMessage"].startswith(
-        f"pytest-ralph: run {project.run_id} complete after 1 iteration: "), why
+        f"pytest-ralph: run {project.run_id} complete after 2 iterations: "), why
     assert session.stop_says == [f"Stop says: {first['systemMessage']}",
                                  f"Stop says: {second['systemMessage']}"], why
     assert session.feedback == [FEEDBACK + prompt], why  # the reason, verbatim
     # The prompt names the story, the criterion and its check.
-    for part in ("# Ralph loop: iteration 1 of 5", "US-001", "[FAIL] AC1: done.txt says ok",
+    for part in ("# Ralph loop: iteration 2 of 5", "US-001", "[FAIL] AC1: done.txt says ok",
                  "grep -qx ok done.txt"):
         assert part in prompt, prompt
     # What the model was sent: the plain prompt, then the block reason, then the Write result.
@@ -331,13 +334,16 @@ def test_blocks_until_the_model_makes_the_criterion_pass(project: Project,
     (tool_result,) = model_server.tool_results()
     assert "File created successfully" in str(tool_result["content"]), tool_result
     assert model_server.remaining == 0
-    # The run history: complete, owned by this session, baseline failing then passing.
+    # The run history: complete, owned by this session; the baseline (checked when armed) and
+    # the session's first turn failing, its second passing.
     assert project.run_row()[:2] == ("complete", 0), why
     assert project.driver_session() == session.session_id, why
-    assert project.iterations() == [(0, "", 0, 1), (1, "US-001", 1, 1)], why
-    (agent_run,) = project.rows("SELECT n, outcome, argv FROM agent_runs WHERE run_id = ?",
-                                project.run_id)
-    assert agent_run[:2] == (1, "ok") and session.session_id in agent_run[2], agent_run
+    assert project.iterations() == [(0, "", 0, 1), (1, "US-001", 0, 1),
+                                    (2, "US-001", 1, 1)], why
+    agent_runs = project.rows("SELECT n, outcome, argv FROM agent_runs WHERE run_id = ? "
+                              "ORDER BY n", project.run_id)
+    assert [r[:2] for r in agent_runs] == [(1, "ok"), (2, "ok")], agent_runs
+    assert all(session.session_id in r[2] for r in agent_runs), agent_runs
     assert "**complete**" in project.report()
     assert not project.marker.exists(), why
     assert f"adopted run {project.run_id}" in project.hook_log()
@@ -349,10 +355,11 @@ def test_blocks_until_the_model_makes_the_criterion_pass(project: Project,
 
 def test_iteration_limit_lets_the_session_end(project: Project,
                                               model_server: ModelServer) -> None:
-    """With ``ralph_max_iterations = 1`` and a model that never fixes anything, the second
-    Stop is allowed with the limit message: the session ends, the run is ``limit``."""
+    """With ``ralph_max_iterations = 2`` and a model that never fixes anything, the first Stop
+    (iteration 1) blocks with the prompt of iteration 2/2 and the second (iteration 2) is
+    allowed with the limit message: the session ends, the run is ``limit``."""
     model_server.add([Text("Hello, looking around.")], [Text("I will not change anything.")])
-    project.write(ini="ralph_max_iterations = 1")
+    project.write(ini="ralph_max_iterations = 2")
     project.arm()
 
     session = project.claude("Work on the PRD")
@@ -363,13 +370,14 @@ def test_iteration_limit_lets_the_session_end(project: Project,
         False, "I will not change anything."), why
     assert len(model_server.agent_requests) == 2, why  # no third turn: not blocked again
     assert last_feedback(model_server.agent_requests[1]).startswith(
-        FEEDBACK + "# Ralph loop: iteration 1 of 1"), why
+        FEEDBACK + "# Ralph loop: iteration 2 of 2"), why
     first, second = session.hook_answers()
     assert first is not None and first["decision"] == "block", why
-    assert first["systemMessage"] == "ralph iteration 1/1: 1 criterion failing", why
+    assert first["systemMessage"] == "ralph iteration 2/2: 1 criterion failing", why
     assert second is not None and set(second) == {"systemMessage"}, why
     assert second["systemMessage"].startswith(
-        f"pytest-ralph: run {project.run_id} limit after 1 iteration: "), why
+        f"pytest-ralph: run {project.run_id} limit after 2 iterations: stopped at the "
+        "iteration limit (2) with 1 criterion still failing"), why
     assert f"report {project.path / '.pytest_ralph' / 'reports'}" in second["systemMessage"]
     assert session.stop_says == [f"Stop says: {first['systemMessage']}",
                                  f"Stop says: {second['systemMessage']}"], why
@@ -377,7 +385,8 @@ def test_iteration_limit_lets_the_session_end(project: Project,
     status, code, reason = project.run_row()
     assert (status, code) == ("limit", 1), (status, code, reason, why)
     assert project.driver_session() == session.session_id, why
-    assert project.iterations() == [(0, "", 0, 1), (1, "US-001", 0, 1)], why
+    assert project.iterations() == [(0, "", 0, 1), (1, "US-001", 0, 1),
+                                    (2, "US-001", 0, 1)], why
     assert "**limit**" in project.report()
     assert not project.marker.exists(), why
     status_out = project.pytest("--ralph-status").stdout
@@ -397,7 +406,7 @@ def test_another_session_is_never_blocked(project: Project,
     assert adopt.returncode == 0, adopt.stderr
     answer = json.loads(adopt.stdout)
     assert (answer["decision"], answer["systemMessage"]) == (
-        "block", "ralph iteration 1/5: 1 criterion failing"), adopt.stdout
+        "block", "ralph iteration 2/5: 1 criterion failing"), adopt.stdout
     assert json.loads(project.marker.read_text(encoding="utf-8"))["session"] == "A"
 
     session = project.claude("Say hello")
@@ -411,10 +420,11 @@ def test_another_session_is_never_blocked(project: Project,
     # The hook did run for B's Stop, and said nothing.
     assert [(h.get("exit_code"), h.get("stdout")) for h in session.stop_hooks] == [(0, "")], why
     assert session.stop_says == [] and session.feedback == [], why
-    # The run is still A's, armed, with only the baseline that A's Stop ran.
+    # The run is still A's, armed, with only the baseline (checked when armed) and the
+    # iteration 1 that A's Stop recorded.
     assert project.run_row()[0] == "running", why
     assert project.driver_session() == "A"
-    assert project.iterations() == [(0, "", 0, 1)]
+    assert project.iterations() == [(0, "", 0, 1), (1, "US-001", 0, 1)]
     assert json.loads(project.marker.read_text(encoding="utf-8"))["session"] == "A"
     assert session.session_id not in project.hook_log()
     status = project.pytest("--ralph-status").stdout

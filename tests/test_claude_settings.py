@@ -16,6 +16,7 @@ from pytest_ralph.claude_settings import (
     MergeResult,
     SettingsFileError,
     hook_command,
+    is_plain_hook_command,
     is_ralph_hook_command,
     merge_stop_hook,
     remove_stop_hook,
@@ -158,6 +159,86 @@ def test_other_interpreter_is_updated_in_place(settings: Path) -> None:
         OTHER_STOP, {**OURS, "statusMessage": "ralph"}]}]}}
 
 
+def test_a_higher_timeout_you_set_is_kept(settings: Path) -> None:
+    _write(settings, {"hooks": {"Stop": [{"hooks": [{**OURS, "timeout": 1800}]}]}})
+    before = settings.read_bytes()
+    result = merge_stop_hook(settings, CMD)
+    assert not result.changed and "already" in result.message
+    assert settings.read_bytes() == before
+
+
+def test_a_higher_timeout_is_kept_when_the_interpreter_is_updated(settings: Path) -> None:
+    old = {"type": "command", "command": "/old/venv/bin/python -m pytest_ralph.hook",
+           "timeout": 1800}
+    _write(settings, {"hooks": {"Stop": [{"hooks": [old]}]}})
+    result = merge_stop_hook(settings, CMD, timeout=600)
+    assert result.changed and "updated" in result.message
+    assert _load(settings) == {"hooks": {"Stop": [{"hooks": [{**OURS, "timeout": 1800}]}]}}
+
+
+def test_a_lower_timeout_is_raised(settings: Path) -> None:
+    _write(settings, {"hooks": {"Stop": [{"hooks": [{**OURS, "timeout": 30}]}]}})
+    assert merge_stop_hook(settings, CMD).changed
+    assert _load(settings) == {"hooks": {"Stop": [{"hooks": [OURS]}]}}
+
+
+WRAPPED = [
+    "env PYTEST_RALPH_DEBUG=1 /usr/bin/python3 -m pytest_ralph.hook",
+    "PYTHONPATH=src /usr/bin/python3 -m pytest_ralph.hook",
+    "nice -n 5 /usr/bin/python3 -m pytest_ralph.hook",
+    "/usr/bin/python3 -m pytest_ralph.hook 2>>/tmp/ralph-hook.log",
+    "cd \"$CLAUDE_PROJECT_DIR\" && /usr/bin/python3 -m pytest_ralph.hook",
+    "/usr/bin/python3 -X utf8 -m pytest_ralph.hook",
+    "$HOME/venv/bin/python -m pytest_ralph.hook",
+    "pytest-ralph-hook 2>/dev/null",
+]
+
+
+@pytest.mark.parametrize("command", WRAPPED)
+def test_is_plain_hook_command_refuses_a_wrapped_command(command: str) -> None:
+    assert is_ralph_hook_command(command)
+    assert not is_plain_hook_command(command)
+
+
+@pytest.mark.parametrize("command", [
+    CMD, hook_command("/opt/my python/bin/python3", windows=False),
+    "/old/venv/bin/python -m pytest_ralph.hook", "pytest-ralph-hook",
+    "/venv/bin/pytest-ralph-hook", "'/my venv/bin/pytest-ralph-hook'",
+])
+def test_is_plain_hook_command_accepts_our_own_command(command: str) -> None:
+    assert is_plain_hook_command(command)
+
+
+@pytest.mark.parametrize("bad", [None, 3, "", "python -m pytest_ralph.hook 'unclosed",
+                                 "python -m pytest_ralph.hooks"])
+def test_is_plain_hook_command_is_false_for_anything_else(bad: object) -> None:
+    assert not is_plain_hook_command(bad)
+
+
+@pytest.mark.parametrize("command", WRAPPED)
+def test_a_stop_handler_that_wraps_our_hook_is_yours_and_nothing_changes(
+        settings: Path, command: str) -> None:
+    wrapped = {"type": "command", "command": command, "timeout": 30}
+    # A plain copy of ours (another interpreter) and a lower timeout would be updated, but not
+    # while you have your own wrapped handler: the file is left as it is, byte for byte.
+    plain = {"type": "command", "command": "/old/venv/bin/python -m pytest_ralph.hook",
+             "timeout": 5}
+    _write(settings, {**EXISTING, "hooks": {**EXISTING["hooks"],
+                                           "Stop": [{"hooks": [OTHER_STOP, wrapped]},
+                                                    {"hooks": [plain]}]}})
+    before = settings.read_bytes()
+    mtime = settings.stat().st_mtime_ns
+    result = merge_stop_hook(settings, CMD)
+    assert not result.changed
+    assert result.message == (f"a Stop hook of yours that runs pytest-ralph's hook ({command!r}) "
+                              f"is already in {settings}; it is left as it is (make sure its "
+                              "interpreter has pytest-ralph installed: `pytest --ralph-doctor` "
+                              "checks it)")
+    assert settings.read_bytes() == before
+    assert settings.stat().st_mtime_ns == mtime
+    assert [p.name for p in settings.parent.iterdir()] == ["settings.json"]
+
+
 def test_duplicates_of_ours_collapse_to_one(settings: Path) -> None:
     _write(settings, {"hooks": {"Stop": [{"hooks": [OURS]}, {"matcher": "", "hooks": [OURS]},
                                          {"hooks": []}]}})
@@ -205,6 +286,34 @@ def test_wrong_types_are_errors_naming_the_json_path(settings: Path, data: Any, 
         assert str(info.value).startswith(f"{settings}: {json_path + ': ' if json_path else ''}")
         assert expected in str(info.value)
         assert settings.read_bytes() == before
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1e400"])
+def test_a_number_json_cannot_write_back_is_an_error_and_file_unchanged(
+        settings: Path, number: str) -> None:
+    settings.parent.mkdir()
+    original = ('{"model": "opus", "cleanupPeriodDays": ' + number + "}\n").encode()
+    settings.write_bytes(original)
+    with pytest.raises(SettingsFileError) as info:
+        merge_stop_hook(settings, CMD)
+    message = str(info.value)
+    assert message.startswith(f"{settings}: holds a number too large for JSON to write back")
+    assert "1e400" in message and "not changed" in message
+    assert settings.read_bytes() == original
+    assert [p.name for p in settings.parent.iterdir()] == ["settings.json"]  # no temp left
+
+
+def test_a_lone_surrogate_escape_is_written_back_escaped(settings: Path) -> None:
+    settings.parent.mkdir()
+    settings.write_bytes(b'{"env": {"ODD": "a\\ud800b", "FOO": "b\xc3\xa4r"}}\n')
+    assert merge_stop_hook(settings, CMD).changed
+    raw = settings.read_bytes()
+    text = raw.decode("utf-8")  # valid UTF-8: no surrogate written out raw
+    assert "\\ud800" in text
+    assert json.loads(text) == {"env": {"ODD": "a\ud800b", "FOO": "bär"},
+                                "hooks": {"Stop": [{"hooks": [OURS]}]}}
+    again = merge_stop_hook(settings, CMD)  # and it reads back as it was
+    assert not again.changed and settings.read_bytes() == raw
 
 
 def test_not_utf8_is_an_error(settings: Path) -> None:

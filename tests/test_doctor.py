@@ -88,14 +88,16 @@ def project(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def armed(project: Path) -> Path:
-    """A project with a PRD, after `pytest --ralph-init --ralph-driver claude`."""
+    """A project with a PRD whose criterion fails, after `pytest --ralph-init --ralph-driver
+    claude` (arming checks the baseline: a PRD whose criteria all pass arms nothing)."""
     prd = {"project": "Demo", "branchName": "ralph/demo", "description": "demo",
            "userStories": [{"id": "US-1", "title": "one", "description": "d",
-                            "acceptanceCriteria": [{"text": "x", "run": "true"}],
+                            "acceptanceCriteria": [{"text": "x", "run": "false"}],
                             "priority": 1, "passes": False, "notes": ""}]}
     (project / "prd.json").write_text(json.dumps(prd), encoding="utf-8")
     proc = _pytest(project, "--ralph-init", "--ralph-driver", "claude")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (project / ".claude" / "pytest-ralph.local.json").is_file(), proc.stdout
     return project
 
 
@@ -163,6 +165,25 @@ def test_a_run_adopted_by_a_session_gets_a_payload_from_another_session(armed: P
     assert "(with a session id of its own)" in out
     assert "adopted by Claude Code session session-A" in out
     assert json.loads(path.read_text())["session"] == "session-A"
+
+
+@posix_only
+def test_after_init_with_every_criterion_passing_the_hook_is_in_and_no_run_is_armed(
+        project: Path) -> None:
+    prd = {"project": "Demo", "description": "demo",
+           "userStories": [{"id": "US-1", "title": "one", "description": "d",
+                            "acceptanceCriteria": [{"text": "x", "run": "true"}],
+                            "priority": 1, "passes": False, "notes": ""}]}
+    (project / "prd.json").write_text(json.dumps(prd), encoding="utf-8")
+    proc = _pytest(project, "--ralph-init", "--ralph-driver", "claude")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "nothing armed" in proc.stdout, proc.stdout
+    code, out = _doctor(project)
+    assert code == 0, out
+    assert not _lines(out, "problem"), out
+    assert "pytest-ralph Stop hook in" in out
+    assert "(with a session id of its own)" in out
+    assert "ok: no run is armed" in out
 
 
 @posix_only

@@ -202,6 +202,12 @@ def utf16_units(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
+def criteria_of(prd: Path) -> list[Any]:
+    """The acceptance criteria of each story of a JSON PRD (what the checks run)."""
+    data = json.loads(prd.read_text(encoding="utf-8"))
+    return [(st["id"], st["acceptanceCriteria"]) for st in data["userStories"]]
+
+
 def report_path(system: str) -> Path:
     match = re.search(r"; report (\S+\.md)$", system)
     assert match, system
@@ -217,7 +223,23 @@ def report_path(system: str) -> Path:
                                    "--ralph-init --ralph-driver claude`)"),
     (("--ralph-init", "--ralph-driver", "claude", "--ralph"),
      "--ralph-init cannot be used with --ralph"),
-], ids=["init-without-driver", "driver-without-init", "init-with-ralph"])
+    (("--ralph-init", "--ralph-driver", "claude", "-k", "AC1"),
+     "-k cannot be used with --ralph-init: a Claude Code run checks every criterion of its "
+     "stories; choose stories with --ralph-story ID instead"),
+    (("--ralph-init", "--ralph-driver", "claude", "-m", "slow"),
+     "-m cannot be used with --ralph-init"),
+    (("--ralph-init", "--ralph-driver", "claude", "--deselect", "prd.json::US-001::AC1"),
+     "--deselect cannot be used with --ralph-init"),
+    (("--ralph-init", "--ralph-driver", "claude", "-k", "AC1", "-m", "slow"),
+     "-k and -m cannot be used with --ralph-init"),
+    (("--ralph-init", "--ralph-driver", "claude", "--ralph-promise", "<promise>DONE</promise>"),
+     "the completion promise '<promise>DONE</promise>' (from --ralph-promise) holds a "
+     "<promise> tag itself"),
+    (("--ralph-init", "--ralph-driver", "claude", "--ralph-promise", "ALL </promise> DONE"),
+     "holds a <promise> tag itself, so no final message could ever hold it"),
+], ids=["init-without-driver", "driver-without-init", "init-with-ralph", "init-with-k",
+        "init-with-m", "init-with-deselect", "init-with-k-and-m", "promise-with-tags",
+        "promise-with-closing-tag"])
 def test_arming_usage_errors(project: Project, args: tuple[str, ...], says: str) -> None:
     done = project.pytest(*args)
     assert done.code == 4, done.text
@@ -247,15 +269,15 @@ def test_arming_twice_keeps_one_run_and_the_users_settings(project: Project) -> 
     assert first.code == 0, first.text
     run_id = project.armed()["run"]
     assert f"armed run {run_id} on {project.prd}" in first.out
-    assert "(1 criterion; max iterations 3, breaker 3)" in first.out
+    assert "(baseline: 0/1 criteria passing; max iterations 3, breaker 3)" in first.out
     assert project.armed() == {"version": 1, "run": run_id, "state_dir": str(project.state),
                                "rootdir": str(project.root), "session": ""}
     after_first = project.settings_file.read_bytes()
 
     second = project.pytest("--ralph-init", "--ralph-driver", "claude")
     assert second.code == 0, second.text
-    assert f"the pytest-ralph Stop hook is already in {project.settings_file}" in second.out
     assert f"run {run_id} of {project.prd} is already armed" in second.out
+    assert "armed run" not in second.out and "restored" not in second.out
     assert "waiting for the first Stop of a Claude Code session" in second.out
     assert "`pytest --ralph-cancel` disarms it" in second.out
     assert project.settings_file.read_bytes() == after_first  # nothing to change
@@ -264,6 +286,7 @@ def test_arming_twice_keeps_one_run_and_the_users_settings(project: Project) -> 
     with project.history() as h:
         assert [r.id for r in h.runs()] == [run_id]
         assert [r.id for r in h.driven_runs()] == [run_id]
+        assert [(it.n, it.passing, it.total) for it in h.iterations(run_id)] == [(0, 0, 1)]
 
     now = json.loads(project.settings_file.read_text(encoding="utf-8"))
     stop_groups = now["hooks"]["Stop"]
@@ -278,7 +301,9 @@ def test_arming_twice_keeps_one_run_and_the_users_settings(project: Project) -> 
     status = project.status()
     assert f"pytest-ralph: run {run_id} of {project.prd}" in status
     assert "armed for the Claude Code Stop hook: the first Claude Code session" in status
-    assert "no check yet" in status
+    # The baseline was checked when the run was armed.
+    assert "iteration 0/3 checked; the next check runs when the session stops" in status
+    assert "criteria: 0/1 passing after the baseline check" in status
 
 
 def _venv_with_spaces(folder: Path) -> Path:
@@ -330,7 +355,7 @@ def test_hook_command_quotes_an_interpreter_path_with_spaces(
     assert proc.returncode == 0, proc.stderr
     answer = json.loads(proc.stdout)
     assert answer["decision"] == "block", proc.stderr
-    assert answer["systemMessage"] == "ralph iteration 1/3: 1 criterion failing"
+    assert answer["systemMessage"] == "ralph iteration 2/3: 1 criterion failing"
     assert f"Claude Code session {S1} adopted run {run_id}" in proc.stderr
     assert project.armed()["session"] == S1
 
@@ -355,6 +380,58 @@ def test_arming_with_an_invalid_prd_exits_4_naming_it(project: Project) -> None:
     if (project.state / DB_NAME).exists():
         with project.history() as h:
             assert h.runs() == []
+
+
+def test_arming_when_every_criterion_passes_arms_nothing(project: Project) -> None:
+    project.write("done.txt")
+    done = project.pytest("--ralph-init", "--ralph-driver", "claude")
+    assert done.code == 0, done.text
+    assert "[ralph baseline]" in done.out
+    assert ("pytest-ralph: nothing armed: every criterion passed at the baseline check (1/1)"
+            in done.out)
+    assert "armed run" not in done.out
+    assert not project.marker.exists()
+    report = re.search(r"nothing armed: .*; report (\S+\.md)$", done.out, re.MULTILINE)
+    assert report and Path(report.group(1)).is_file(), done.out
+    with project.history() as h:
+        [run] = h.runs()
+        assert (run.status, run.exit_code) == ("complete", 0)
+        assert [(it.n, it.passing, it.total) for it in h.iterations(run.id)] == [(0, 1, 1)]
+        assert h.driven_runs() == []
+    quiet = project.stop()  # no run waits for a session: every stop goes ahead
+    assert (quiet.code, quiet.stdout, quiet.stderr) == (0, "", "")
+    assert "status: complete (a Claude Code run" in project.status()
+    (project.root / "done.txt").unlink()
+    assert project.arm() != run.id  # once a criterion fails again, a run is armed
+
+
+@pytest.mark.parametrize("damage", ["missing", "not-json", "other-run"])
+def test_arming_again_restores_a_missing_or_damaged_arming_file(project: Project,
+                                                                damage: str) -> None:
+    run_id = project.arm()
+    assert project.stop().blocked  # adopted by S1
+    if damage == "missing":
+        project.marker.unlink()
+    elif damage == "not-json":
+        project.marker.write_text('{"version": 1, "run": ', encoding="utf-8")
+    else:
+        project.marker.write_text(json.dumps({**project.armed(), "run": "20200101-000000-abcdef"}),
+                                  encoding="utf-8")
+    assert (f"its arming file {project.marker} is missing or damaged, so the hook does not see "
+            "the run") in project.status()
+    again = project.pytest("--ralph-init", "--ralph-driver", "claude")
+    assert again.code == 0, again.text
+    assert (f"run {run_id} of {project.prd} is already armed (adopted by Claude Code session "
+            f"{S1}); its arming file {project.marker} was missing or damaged and is restored; "
+            "nothing else to do") in again.out
+    assert project.armed() == {"version": 1, "run": run_id, "state_dir": str(project.state),
+                               "rootdir": str(project.root), "session": S1}
+    with project.history() as h:
+        assert [r.id for r in h.runs()] == [run_id]
+    assert "missing or damaged" not in project.status()
+    resumed = project.stop()  # the session is driven again
+    assert resumed.blocked, resumed.stderr
+    assert resumed.system == "ralph iteration 3/3: 1 criterion failing"
 
 
 # -- 2. --ralph and --ralph-cancel with a driven run -------------------------------------------
@@ -401,7 +478,8 @@ def test_ralph_refuses_while_armed_and_cancel_disarms(project: Project) -> None:
         assert new.argv == (sys.executable, str(agent))
         driven = h.run(run_id)
         assert driven is not None and driven.status == "cancelled"
-        assert [it.n for it in h.iterations(run_id)] == [0]  # nothing added to the old run
+        # the baseline and the one Stop; nothing added to the old run
+        assert [it.n for it in h.iterations(run_id)] == [0, 1]
     done = project.pytest("--ralph-cancel")
     assert "nothing to cancel" in done.out
 
@@ -412,39 +490,37 @@ def test_ralph_refuses_while_armed_and_cancel_disarms(project: Project) -> None:
 def test_a_driven_run_from_baseline_to_complete(make_project: Callable[..., Project]) -> None:
     project = make_project(story("US-001", done_criterion("a.txt"), done_criterion("b.txt")))
     run_id = project.arm()
+    run_dir = project.state / "runs" / run_id
+    assert (run_dir / "iteration-000").is_dir()  # the baseline, checked when armed
+    # the PRD's good copy, taken after the baseline wrote its notes back
+    assert (run_dir / "prd.last-good.json").read_bytes() == project.prd.read_bytes()
 
+    # The session's first turn (the user's own prompt) is iteration 1.
+    project.write("a.txt")
     first = project.stop()
     assert first.code == 0 and first.blocked, first.stderr
-    assert first.system == "ralph iteration 1/3: 2 criteria failing"
-    assert first.reason.startswith("# Ralph loop: iteration 1 of 3")
-    assert "a.txt says ok" in first.reason and "b.txt says ok" in first.reason
+    assert first.system == "ralph iteration 2/3: 1 criterion failing"
+    assert first.reason.startswith("# Ralph loop: iteration 2 of 3")
+    assert "[pass] AC1: a.txt says ok" in first.reason
+    assert "[FAIL] AC2: b.txt says ok" in first.reason
     assert f"Claude Code session {S1} adopted run {run_id}" in first.stderr
-    assert "[ralph baseline]" in first.stderr
-    run_dir = project.state / "runs" / run_id
-    assert (run_dir / "iteration-001" / "prompt.md").read_text(encoding="utf-8") == first.reason
+    assert "[ralph iteration 1/3]" in first.stderr and "[ralph baseline]" not in first.stderr
+    assert (run_dir / "iteration-002" / "prompt.md").read_text(encoding="utf-8") == first.reason
     assert project.armed()["session"] == S1
 
     status = project.status()
     assert f"status: driven by Claude Code session {S1} through its Stop hook" in status
-    assert "iteration 0/3 checked; the next check runs when the session stops" in status
+    assert "iteration 1/3 checked; the next check runs when the session stops" in status
+    assert "criteria: 1/2 passing after iteration 1" in status
 
     # Another session in the same project is never blocked, and does not count.
     other = project.stop("S2")
     assert (other.code, other.stdout, other.stderr) == (0, "", "")
 
-    project.write("a.txt")
+    project.write("b.txt")
     sub = project.root / "src" / "pkg"  # the session moved into a subfolder
     sub.mkdir(parents=True)
-    second = project.stop(cwd=sub, stop_hook_active=True)
-    assert second.blocked, second.stderr
-    assert second.system == "ralph iteration 2/3: 1 criterion failing"
-    assert second.reason.startswith("# Ralph loop: iteration 2 of 3")
-    assert "[ralph iteration 1/3]" in second.stderr
-    status = project.status()
-    assert "iteration 1/3 checked" in status and "criteria: 1/2 passing after iteration 1" in status
-
-    project.write("b.txt")
-    last = project.stop(stop_hook_active=True)
+    last = project.stop(cwd=sub, stop_hook_active=True)
     assert last.code == 0 and not last.blocked, last.stderr
     assert last.system.startswith(f"pytest-ralph: run {run_id} complete after 2 iterations: "
                                   "every criterion passes (2/2); report ")
@@ -492,7 +568,6 @@ def test_a_driven_run_from_baseline_to_complete(make_project: Callable[..., Proj
 def test_the_breaker_allows_the_stop(make_project: Callable[..., Project]) -> None:
     project = make_project(ini="ralph_breaker = 2\n", max_iterations=10)
     run_id = project.arm()
-    assert project.stop().system == "ralph iteration 1/10: 1 criterion failing"
     assert project.stop().system == "ralph iteration 2/10: 1 criterion failing"
     last = project.stop()
     assert last.code == 0 and not last.blocked, last.stderr
@@ -509,15 +584,16 @@ def test_the_breaker_allows_the_stop(make_project: Callable[..., Project]) -> No
 def test_the_iteration_limit_allows_the_stop(make_project: Callable[..., Project]) -> None:
     project = make_project(max_iterations=1)
     run_id = project.arm()
-    assert project.stop().system == "ralph iteration 1/1: 1 criterion failing"
-    last = project.stop()
-    assert not last.blocked, last.stderr
+    last = project.stop()  # the session's first turn is iteration 1: the limit
+    assert last.code == 0 and not last.blocked, last.stderr
     assert last.system.startswith(f"pytest-ralph: run {run_id} limit after 1 iteration: "
                                   "stopped at the iteration limit (1) with 1 criterion still "
                                   "failing; report ")
+    assert not project.marker.exists()
     with project.history() as h:
         run = h.run(run_id)
         assert run is not None and (run.status, run.exit_code) == ("limit", 1)
+        assert [it.n for it in h.iterations(run_id)] == [0, 1]
 
 
 def test_the_budget_allows_the_stop(project: Project) -> None:
@@ -525,9 +601,9 @@ def test_the_budget_allows_the_stop(project: Project) -> None:
     with project.history() as h:
         run = h.run(run_id)
         assert run is not None and run.settings["budget"] == 0.001
-    last = project.stop()
+    last = project.stop()  # the budget counts from arming: spent by the first check
     assert last.code == 0 and not last.blocked, last.stderr
-    assert (f"pytest-ralph: run {run_id} limit after 0 iterations: stopped at the wall-clock "
+    assert (f"pytest-ralph: run {run_id} limit after 1 iteration: stopped at the wall-clock "
             "budget (0.001 s, --ralph-budget) with 1 criterion still failing") in last.system
     assert not project.marker.exists()
 
@@ -535,12 +611,13 @@ def test_the_budget_allows_the_stop(project: Project) -> None:
 def test_criteria_edits_by_the_session_never_complete(make_project: Callable[..., Project]) -> None:
     project = make_project(max_iterations=2)
     run_id = project.arm()
-    assert project.stop().blocked
 
     def loosen(data: dict[str, Any]) -> None:
         data["userStories"][0]["acceptanceCriteria"][0]["run"] = "true"
 
-    project.edit_prd(loosen)  # the "agent" makes its criterion pass by editing it
+    # The "agent" makes its criterion pass by editing it, in the session's very first turn:
+    # the baseline taken at arming is what the oracle guard compares with.
+    project.edit_prd(loosen)
     tampered = project.stop()
     assert tampered.blocked, tampered.stderr
     assert tampered.system == "ralph iteration 2/2: 1 criterion failing"
@@ -559,6 +636,42 @@ def test_criteria_edits_by_the_session_never_complete(make_project: Callable[...
         assert run is not None and run.status == "limit"
 
 
+def test_removing_a_failing_story_never_completes(make_project: Callable[..., Project]) -> None:
+    project = make_project(story("US-001", done_criterion("a.txt")),
+                           story("US-002", done_criterion("b.txt"), priority=2),
+                           ini="ralph_breaker = 10\n", max_iterations=3)
+    project.write("a.txt")
+    run_id = project.arm()
+
+    def drop_us_002(data: dict[str, Any]) -> None:
+        del data["userStories"][1]
+
+    project.edit_prd(drop_us_002)  # what is left of the PRD all passes
+    stop = project.stop()
+    assert stop.blocked, stop.stderr
+    assert stop.system == "ralph iteration 2/3: 1 criterion failing"
+    assert "[US-002::AC1] b.txt says ok" in stop.reason
+    assert "criteria changed: criterion US-002::AC1 removed" in stop.reason
+    assert "criterion US-002::AC1 removed" in stop.stderr
+    with project.history() as h:
+        it = h.iterations(run_id)[1]
+        assert (it.n, it.passing, it.total) == (1, 1, 2)
+        assert [(c.subject, c.change) for c in it.changes] == [("criterion US-002::AC1",
+                                                                "removed")]
+
+    again = project.stop()  # still the baseline's criteria: never complete
+    assert again.blocked, again.stderr
+    assert again.system == "ralph iteration 3/3: 1 criterion failing"
+    last = project.stop()
+    assert not last.blocked, last.stderr
+    assert last.system.startswith(f"pytest-ralph: run {run_id} limit after 3 iterations: ")
+    assert "the agent changed the criteria (criterion US-002::AC1 removed)" in last.system
+    with project.history() as h:
+        run = h.run(run_id)
+        assert run is not None and run.status == "limit"
+        assert [it.passing for it in h.iterations(run_id)] == [1, 1, 1, 1]
+
+
 # -- 5. a long prompt --------------------------------------------------------------------------
 
 
@@ -572,8 +685,8 @@ def _check_long_prompt(project: Project, failing: int) -> None:
     run_id = project.arm()
     stop = project.stop()
     assert stop.blocked, stop.stderr
-    assert stop.system == f"ralph iteration 1/3: {failing} criteria failing"
-    prompt_file = project.state / "runs" / run_id / "iteration-001" / "prompt.md"
+    assert stop.system == f"ralph iteration 2/3: {failing} criteria failing"
+    prompt_file = project.state / "runs" / run_id / "iteration-002" / "prompt.md"
     prompt = prompt_file.read_text(encoding="utf-8")
     assert utf16_units(prompt) > 9000  # too long to pass whole
     assert utf16_units(stop.reason) < 9000
@@ -632,40 +745,105 @@ def test_a_stop_while_another_loop_holds_the_folder_is_allowed(
     assert "the stop is allowed" in busy.stderr
     assert project.armed()["session"] == ""  # not adopted, still armed
     with project.history() as h:
-        assert h.iterations(run_id) == []
+        assert [it.n for it in h.iterations(run_id)] == [0]  # only the baseline of arming
+    # Re-arming reads the history without the lock first: the run is already armed.
+    project.marker.unlink()
     rearm = project.pytest("--ralph-init", "--ralph-driver", "claude")
-    assert rearm.code == 4, rearm.text
-    assert "another `pytest --ralph` loop is running with the state folder" in rearm.err
+    assert rearm.code == 0, rearm.text
+    assert (f"run {run_id} of {project.prd} is already armed (waiting for the first Stop of a "
+            "Claude Code session); its arming file") in rearm.out
+    assert "is restored" in rearm.out
+    assert project.armed()["run"] == run_id
+    with project.history() as h:
+        assert [r.id for r in h.runs()] == [run_id]
 
     holder.kill()
     holder.wait()
     again = project.stop()
     assert again.blocked, again.stderr
-    assert again.system == "ralph iteration 1/3: 1 criterion failing"
+    assert again.system == "ralph iteration 2/3: 1 criterion failing"
     assert project.armed()["session"] == S1
 
 
-def test_a_prd_that_no_longer_loads_allows_the_stop_and_stays_armed(project: Project) -> None:
+def test_a_prd_that_no_longer_loads_is_checked_with_its_last_good_copy(
+        make_project: Callable[..., Project]) -> None:
+    project = make_project(max_iterations=5)
     run_id = project.arm()
-    assert project.stop().blocked
+    copy = project.state / "runs" / run_id / "prd.last-good.json"
+    assert project.stop().blocked  # iteration 1
     good = project.prd.read_bytes()
+    kept = copy.read_bytes()
+    assert criteria_of(copy) == criteria_of(project.prd)
     project.prd.write_text('{"project": "demo", "userStories": [', encoding="utf-8")
-    broken = project.stop()
-    assert broken.code == 0 and not broken.blocked, broken.stderr
-    assert broken.system.startswith(f"pytest-ralph: the PRD of run {run_id} does not load, "
-                                    "so the criteria cannot be checked: ")
-    assert str(project.prd) in broken.system
-    assert "the run stays armed" in broken.stderr
+    broken = project.stop()  # iteration 2: counted, and blocked
+    assert broken.code == 0 and broken.blocked, broken.stderr
+    assert broken.system == "ralph iteration 3/5: 1 criterion failing"
+    assert "the checks could not run" in broken.reason
+    assert f"invalid PRD {project.prd}" in broken.reason
+    assert "the checks could not run" in broken.stderr
+    assert copy.read_bytes() == kept  # a broken PRD is never kept as the good copy
     assert project.armed() == {"version": 1, "run": run_id, "state_dir": str(project.state),
                                "rootdir": str(project.root), "session": S1}
-    assert f"driven by Claude Code session {S1}" in project.status()
     with project.history() as h:
-        assert [it.n for it in h.iterations(run_id)] == [0]  # nothing recorded
+        assert [it.n for it in h.iterations(run_id)] == [0, 1, 2]
 
     project.prd.write_bytes(good)
     fixed = project.stop()
     assert fixed.blocked, fixed.stderr
-    assert fixed.system == "ralph iteration 2/3: 1 criterion failing"
+    assert fixed.system == "ralph iteration 4/5: 1 criterion failing"
     with project.history() as h:
-        assert [it.n for it in h.iterations(run_id)] == [0, 1]
-        assert h.iterations(run_id)[1].changes == ()
+        assert [it.n for it in h.iterations(run_id)] == [0, 1, 2, 3]
+        assert h.iterations(run_id)[3].changes == ()
+
+    # Without a good copy, nothing can be checked: the stop is allowed, the run stays armed.
+    copy.unlink()
+    project.prd.write_text('{"project": "demo", "userStories": [', encoding="utf-8")
+    lost = project.stop()
+    assert lost.code == 0 and not lost.blocked, lost.stderr
+    assert lost.system.startswith(f"pytest-ralph: the PRD of run {run_id} does not load, "
+                                  "so the criteria cannot be checked: ")
+    assert str(project.prd) in lost.system
+    assert "the run stays armed" in lost.stderr
+    assert project.armed()["session"] == S1
+    assert f"driven by Claude Code session {S1}" in project.status()
+    with project.history() as h:
+        assert [it.n for it in h.iterations(run_id)] == [0, 1, 2, 3]  # nothing recorded
+
+
+def test_a_run_cancelled_while_a_stop_is_checked_is_not_blocked(
+        make_project: Callable[..., Project]) -> None:
+    started = "check-started"
+    project = make_project(story("US-001", {"text": "a slow criterion that fails",
+                                            "run": f"touch {started}; sleep 3; exit 1"}))
+    run_id = project.arm()
+    flag = project.root / started
+    flag.unlink()  # touched by the baseline check
+    payload = project.root.parent / "payload.json"
+    payload.write_text(json.dumps({"session_id": S1, "cwd": str(project.root),
+                                   "hook_event_name": "Stop", "stop_hook_active": False}),
+                       encoding="utf-8")
+    with payload.open("rb") as stdin, subprocess.Popen(
+            [project.python, "-m", "pytest_ralph.hook"], cwd=project.root, env=project.env,
+            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as hook:
+        try:
+            deadline = time.monotonic() + 120
+            while not flag.exists():
+                assert hook.poll() is None, "the hook ended before its check started"
+                assert time.monotonic() < deadline, "the Stop's check never started"
+                time.sleep(0.05)
+            cancel = project.pytest("--ralph-cancel")
+            assert cancel.code == 0, cancel.text
+            assert f"run {run_id} is disarmed (Claude Code session {S1})" in cancel.out
+            stdout, stderr = hook.communicate(timeout=120)
+        finally:
+            if hook.poll() is None:
+                hook.kill()
+    assert hook.returncode == 0, stderr
+    assert stdout == "", stderr  # not blocked
+    assert (f"pytest-ralph: run {run_id} was cancelled while this Stop was being checked; the "
+            "stop is allowed") in stderr
+    assert not project.marker.exists()
+    with project.history() as h:
+        run = h.run(run_id)
+        assert run is not None and run.status == "cancelled"
+    assert project.stop().stdout == ""
