@@ -330,11 +330,15 @@ def test_console_script_and_the_plugin_hook(project: Path, tmp_path: Path,
            f"`{PLUGIN_HOOK_COMMAND}`" in out
     assert f"ok: the hook's executable {script} exists and is executable" in out
     assert "answered a sample Stop payload" in out
-    # Without the script on PATH, the plugin's hook cannot run.
-    monkeypatch.setenv("PATH", path)
+    # Without the script on PATH (an activated virtualenv would put one there), the plugin's
+    # hook cannot run.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
     code, out = _check(project)
     assert code == 1, out
     assert "the hook's executable `pytest-ralph-hook` is not on PATH" in out
+    monkeypatch.setenv("PATH", path)
     # The plugin and a settings hook: both run on every stop.
     _settings(project, {"enabledPlugins": {"pytest-ralph@local": True}, **_stop(HOOK)})
     code, out = _check(project)
