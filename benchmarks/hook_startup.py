@@ -5,8 +5,9 @@ hook is installed, armed or not. This script times, in fresh processes, the medi
 (seconds) of:
 
 - ``python -c pass``: the interpreter alone (the floor);
-- ``python -m pytest_ralph.hook`` with a Stop payload on stdin and no arming file (the path
-  every reply takes when no loop is armed);
+- the hook as ``pytest --ralph-init`` installs it (``python -P -m pytest_ralph.hook``; ``-I``
+  on Python 3.10) with a Stop payload on stdin and no arming file (the path every reply takes
+  when no loop is armed);
 - the same with an arming file owned by another session (the path of every other session);
 - ``python -c "import pytest"``: what the hook would cost if it imported pytest first.
 
@@ -30,6 +31,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from pytest_ralph.claude_settings import SAFE_PATH_FLAG
 
 #: The target of issue 6: median seconds of the unarmed hook.
 TARGET_SECONDS = 0.1
@@ -78,13 +81,14 @@ def main() -> int:
             "last_assistant_message": "Done: the tests pass now.\n" * 20}).encode()
         py = sys.executable
         bare = _time([py, "-c", "pass"], b"", project, env, args.runs)
-        unarmed = _time([py, "-m", "pytest_ralph.hook"], payload, project, env, args.runs)
+        hook = [py, SAFE_PATH_FLAG, "-m", "pytest_ralph.hook"]
+        unarmed = _time(hook, payload, project, env, args.runs)
         (project / ".claude").mkdir()
         (project / ".claude" / "pytest-ralph.local.json").write_text(json.dumps({
             "version": 1, "run": "20261130-000000-000000",
             "state_dir": str(project / ".pytest_ralph"), "rootdir": str(project),
             "session": "another-session"}), encoding="utf-8")
-        other = _time([py, "-m", "pytest_ralph.hook"], payload, project, env, args.runs)
+        other = _time(hook, payload, project, env, args.runs)
         (project / ".claude" / "pytest-ralph.local.json").unlink()
         pytest_import = _time([py, "-c", "import pytest"], b"", project, env,
                               max(args.runs // 3, 5))

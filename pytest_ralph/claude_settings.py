@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shlex
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,8 +89,16 @@ class MergeResult:
     message: str
 
 
+#: The interpreter flag that keeps the project folder off ``sys.path``: with plain ``-m`` the
+#: current folder comes first, and a project file named ``json.py`` or ``random.py`` would be
+#: imported instead of the standard library's. ``-P`` (Python 3.11+) drops just that; on 3.10,
+#: ``-I`` (isolated mode: also no ``PYTHON*`` variables or user site-packages).
+SAFE_PATH_FLAG = "-P" if sys.version_info >= (3, 11) else "-I"
+
+
 def hook_command(python: str, *, windows: bool = os.name == "nt") -> str:
-    """The command line Claude Code runs for the Stop hook: ``<python> -m pytest_ralph.hook``.
+    """The command line Claude Code runs for the Stop hook:
+    ``<python> -P -m pytest_ralph.hook`` (:data:`SAFE_PATH_FLAG`).
 
     Args:
         python: the interpreter's path (usually ``sys.executable``), spaces allowed.
@@ -113,8 +122,8 @@ def hook_command(python: str, *, windows: bool = os.name == "nt") -> str:
                 "shell would interpret even inside quotes; use an interpreter (virtual "
                 "environment) at a path without these characters"
             )
-        return f'"{python}" -m {HOOK_MODULE}'
-    return f"{shlex.quote(python)} -m {HOOK_MODULE}"
+        return f'"{python}" {SAFE_PATH_FLAG} -m {HOOK_MODULE}'
+    return f"{shlex.quote(python)} {SAFE_PATH_FLAG} -m {HOOK_MODULE}"
 
 
 def is_ralph_hook_command(command: object) -> bool:
@@ -124,16 +133,18 @@ def is_ralph_hook_command(command: object) -> bool:
 
 
 def is_plain_hook_command(command: object) -> bool:
-    """Whether ``command`` is nothing but our hook: ``<interpreter> -m pytest_ralph.hook`` or
-    the :data:`HOOK_SCRIPT` console script, each path quoted or not. A command that does more
-    (environment assignments, ``nice``, redirections, ``&&``) is the user's own wrapping."""
+    """Whether ``command`` is nothing but our hook: ``<interpreter> [-P|-I] -m
+    pytest_ralph.hook`` or the :data:`HOOK_SCRIPT` console script, each path quoted or not.
+    A command that does more (environment assignments, ``nice``, redirections, ``&&``) is the
+    user's own wrapping."""
     if not isinstance(command, str):
         return False
     try:
         argv = shlex.split(command, posix=True)
     except ValueError:
         return False
-    if len(argv) == 3 and argv[1:] == ["-m", HOOK_MODULE]:
+    if 3 <= len(argv) <= 4 and argv[-2:] == ["-m", HOOK_MODULE] and (
+            len(argv) == 3 or argv[1] in ("-P", "-I")):
         return not any(c in argv[0] for c in "<>|&;$`")
     if len(argv) == 1:
         name = argv[0].replace("\\", "/").rsplit("/", 1)[-1]

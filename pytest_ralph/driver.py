@@ -39,7 +39,8 @@ from typing import TextIO
 
 from .agent import AgentRun
 from .arming import MARKER, Armed, MarkerError, read_marker, remove_marker, write_marker
-from .claude_settings import SettingsFileError, hook_command, merge_stop_hook
+from .checkrun import CheckPhaseConfig
+from .claude_settings import DEFAULT_TIMEOUT, SettingsFileError, hook_command, merge_stop_hook
 from .gitdiff import tree_snapshot
 from .history import DB_NAME, History, HistoryError, NoHistory
 from .loop import (
@@ -77,6 +78,11 @@ SESSION_ARGV = ("claude-code-session",)
 #: A prompt longer than this (UTF-16 units) is cut in the block ``reason``, which then
 #: points at the prompt file for the rest.
 REASON_PROMPT_CHARS = 7500
+
+#: Longest check phase of one Stop, in seconds: under the hook's timeout in
+#: ``.claude/settings.json`` (:data:`pytest_ralph.claude_settings.DEFAULT_TIMEOUT`, 600 s),
+#: with time left for the git snapshot, the history and the answer.
+STOP_CHECK_SECONDS = DEFAULT_TIMEOUT - 90.0
 
 #: Name of the per-run log of what the hook printed (in the run's folder).
 HOOK_LOG = "hook.log"
@@ -125,6 +131,14 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
                             f"{settings.sources.get('promise')}) holds a <promise> tag itself, "
                             "so no final message could ever hold it as <promise>TEXT</promise>; "
                             "give the text alone, e.g. --ralph-promise 'ALL DONE'")
+    if settings.max_cost is not None:
+        return EXIT_USAGE, (f"pytest-ralph: --ralph-max-cost (from "
+                            f"{settings.sources.get('max_cost')}) cannot bound a Claude Code run: "
+                            "its Stop hook is not told what the session cost; bound it with "
+                            "--ralph-max-iterations or --ralph-budget")
+    other = _armed_elsewhere(rootdir / MARKER, settings.dir)
+    if other:
+        return EXIT_USAGE, other
     log = io.StringIO()
     loop = Loop(settings, rootdir=rootdir, inifile=inifile, out=out or log, python=python,
                 pythonpath=pythonpath)
@@ -165,13 +179,14 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
                 lines.append(f"pytest-ralph: nothing armed: {run.reason}; report {report}")
                 return (0 if code == EXIT_COMPLETE else code), "\n".join(lines)
             _keep_good_prd(run)  # after the baseline wrote its notes back
-            history.set_turn(run_dir.id, _now(), tree_snapshot(rootdir))
             try:
                 write_marker(Armed(marker, run_dir.id, state.root, rootdir))
             except MarkerError:
                 history.finish_run(run_dir.id, "cancelled", 2, "the arming file could not be "
                                    "written", _now())
                 raise
+            # The session's first turn starts from here (the arming file is not its change).
+            history.set_turn(run_dir.id, _now(), tree_snapshot(rootdir))
     except (LoopUsageError, MarkerError) as exc:
         return EXIT_USAGE, "\n".join([*lines, f"pytest-ralph: {exc}"])
     except NoCriteria as exc:
@@ -221,6 +236,28 @@ def _already_armed(state: StateDir, history: History | None = None) -> str:
         return (f"pytest-ralph: run {run.id} of {run.prd} is already armed ({owner}){note}; "
                 "nothing else to do (`pytest --ralph-cancel` disarms it)")
     return ""
+
+
+def _armed_elsewhere(marker: Path, state_root: Path) -> str:
+    """The refusal when the project's arming file names a run of *another* state folder that
+    has not ended (arming here would take the hook away from it), else ``""``."""
+    try:
+        armed = read_marker(marker)
+    except MarkerError:
+        return ""  # none, or damaged: arming writes a new one
+    if armed.state_dir.resolve() == state_root.resolve():
+        return ""
+    try:
+        with History.open(armed.state_dir / DB_NAME, readonly=True) as other:
+            run = other.run(armed.run)
+    except HistoryError:
+        return ""  # that history is gone: the arming file is stale
+    if run is None or run.status != "running":
+        return ""
+    return (f"pytest-ralph: the arming file {marker} names run {armed.run} of the state folder "
+            f"{armed.state_dir}, which has not ended; one Claude Code run per project: let it "
+            f"finish, or disarm it first (`pytest --ralph-cancel` with ralph_dir "
+            f"{armed.state_dir})")
 
 
 def _good_prd_copy(run: RunRecord) -> Path:
@@ -301,6 +338,12 @@ def on_stop(armed: Armed, payload: StopPayload, *, python: str = sys.executable)
 class _DrivenLoop(Loop):
     """:class:`~pytest_ralph.loop.Loop` with one iteration per Stop event."""
 
+    def _bounded(self, phase: CheckPhaseConfig) -> CheckPhaseConfig:
+        """The check phase cut to :data:`STOP_CHECK_SECONDS`, so that it ends (and a slow
+        criterion fails as timed out) before Claude Code kills the hook at its timeout."""
+        phase = super()._bounded(phase)
+        return replace(phase, timeout=min(phase.timeout, STOP_CHECK_SECONDS))
+
     def stop(self, run_id: str, armed: Armed, payload: StopPayload) -> Answer:
         """One Stop, with the state folder locked and the history open."""
         history = self.history
@@ -379,9 +422,11 @@ class _DrivenLoop(Loop):
                     self._unstop(run)
                     code, promise_missing = None, True
                     unreadable = ("every criterion passes, but the final message cannot be "
-                                  "read (no last_assistant_message, transcript "
-                                  f"{payload.transcript_path!r} missing or unreadable) to look "
-                                  "for the completion promise")
+                                  "read (no last_assistant_message, and "
+                                  + (f"the transcript {payload.transcript_path!r} is missing "
+                                     "or unreadable" if payload.transcript_path else
+                                     "no transcript_path")
+                                  + ") to look for the completion promise")
                 elif not find_promise(message, self.settings.promise):
                     self._unstop(run)
                     code, promise_missing = None, True

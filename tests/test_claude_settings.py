@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_ralph.claude_settings import (
+    SAFE_PATH_FLAG,
     MergeResult,
     SettingsFileError,
     hook_command,
@@ -64,15 +65,17 @@ def _ours(path: Path) -> list[dict[str, Any]]:
 
 def test_posix_command_quotes_a_path_with_spaces() -> None:
     cmd = hook_command("/opt/my python/bin/python3", windows=False)
-    assert cmd == "'/opt/my python/bin/python3' -m pytest_ralph.hook"
-    assert shlex.split(cmd) == ["/opt/my python/bin/python3", "-m", "pytest_ralph.hook"]
+    assert cmd == f"'/opt/my python/bin/python3' {SAFE_PATH_FLAG} -m pytest_ralph.hook"
+    assert shlex.split(cmd) == ["/opt/my python/bin/python3", SAFE_PATH_FLAG, "-m",
+                                "pytest_ralph.hook"]
     plain = hook_command("/usr/bin/python3", windows=False)
-    assert plain == "/usr/bin/python3 -m pytest_ralph.hook"
+    assert plain == f"/usr/bin/python3 {SAFE_PATH_FLAG} -m pytest_ralph.hook"
+    assert ("-P" if sys.version_info >= (3, 11) else "-I") == SAFE_PATH_FLAG
 
 
 def test_windows_command_double_quotes_the_path() -> None:
     cmd = hook_command(r"C:\Users\some one\py\python.exe", windows=True)
-    assert cmd == r'"C:\Users\some one\py\python.exe" -m pytest_ralph.hook'
+    assert cmd == rf'"C:\Users\some one\py\python.exe" {SAFE_PATH_FLAG} -m pytest_ralph.hook'
     assert is_ralph_hook_command(cmd)
 
 
@@ -96,11 +99,13 @@ def test_posix_command_really_starts_the_interpreter_through_sh(tmp_path: Path) 
     cmd = hook_command(str(link), windows=False)
     assert shlex.split(cmd)[0] == str(link)
     # Same command with the module swapped for a probe: sh must start that very interpreter.
-    probe = cmd.replace("-m pytest_ralph.hook", "-c 'import sys; print(sys.argv[0])'")
+    probe = cmd.replace(f"{SAFE_PATH_FLAG} -m pytest_ralph.hook",
+                        "-c 'import sys; print(sys.argv[0])'")
     assert probe != cmd
     out = subprocess.run(["sh", "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "-c"
-    version = cmd.replace("-m pytest_ralph.hook", "-c 'import sys; print(sys.version)'")
+    version = cmd.replace(f"{SAFE_PATH_FLAG} -m pytest_ralph.hook",
+                          "-c 'import sys; print(sys.version)'")
     out = subprocess.run(["sh", "-c", version], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == sys.version
 
@@ -408,3 +413,11 @@ def test_remove_without_file_or_hook_changes_nothing(settings: Path) -> None:
     before = settings.read_bytes()
     assert not remove_stop_hook(settings).changed
     assert settings.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", [
+    "/usr/bin/python3 -P -m pytest_ralph.hook", "'/a b/python' -I -m pytest_ralph.hook",
+])
+def test_the_safe_path_flags_are_part_of_a_plain_command(command: str) -> None:
+    assert is_plain_hook_command(command) and is_ralph_hook_command(command)
+    assert not is_plain_hook_command(command.replace(" -m", " -X utf8 -m"))

@@ -237,9 +237,11 @@ def report_path(system: str) -> Path:
      "<promise> tag itself"),
     (("--ralph-init", "--ralph-driver", "claude", "--ralph-promise", "ALL </promise> DONE"),
      "holds a <promise> tag itself, so no final message could ever hold it"),
+    (("--ralph-init", "--ralph-driver", "claude", "--ralph-max-cost", "0.5"),
+     "--ralph-max-cost (from --ralph-max-cost) cannot bound a Claude Code run"),
 ], ids=["init-without-driver", "driver-without-init", "init-with-ralph", "init-with-k",
         "init-with-m", "init-with-deselect", "init-with-k-and-m", "promise-with-tags",
-        "promise-with-closing-tag"])
+        "promise-with-closing-tag", "init-with-max-cost"])
 def test_arming_usage_errors(project: Project, args: tuple[str, ...], says: str) -> None:
     done = project.pytest(*args)
     assert done.code == 4, done.text
@@ -847,3 +849,44 @@ def test_a_run_cancelled_while_a_stop_is_checked_is_not_blocked(
         run = h.run(run_id)
         assert run is not None and run.status == "cancelled"
     assert project.stop().stdout == ""
+
+
+def test_arming_with_another_state_folder_never_takes_the_hook_away(project: Project) -> None:
+    run = project.arm()
+    assert project.stop().blocked
+    done = project.pytest("-o", "ralph_dir=.other", "--ralph-init", "--ralph-driver", "claude")
+    assert done.code == 4, done.text
+    assert f"names run {run} of the state folder {project.state}, which has not ended" in done.err
+    assert project.armed()["run"] == run and project.armed()["session"] == S1
+    assert not (project.root / ".other" / "ralph.db").exists()
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX shell")
+def test_project_modules_named_like_the_standard_library_do_not_break_the_hook(
+        project: Project) -> None:
+    project.arm()
+    for name in ("json.py", "random.py", "uuid.py", "platform.py", "token.py"):
+        project.write(name, "raise SystemExit('the project module was imported')\n")
+    [command] = [h["command"] for g in json.loads(project.settings_file.read_text(
+        encoding="utf-8"))["hooks"]["Stop"] for h in g["hooks"]]
+    payload = json.dumps({"session_id": S1, "cwd": str(project.root), "hook_event_name": "Stop"})
+    proc = subprocess.run(["/bin/sh", "-c", command], input=payload, cwd=project.root,
+                          env={**project.env, "CLAUDE_PROJECT_DIR": str(project.root)},
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout)
+    assert answer["decision"] == "block", proc.stderr
+    assert answer["systemMessage"] == "ralph iteration 2/3: 1 criterion failing"
+
+
+def test_a_stop_check_phase_ends_before_the_hook_timeout(tmp_path: Path) -> None:
+    from pytest_ralph.checkrun import CheckPhaseConfig
+    from pytest_ralph.claude_settings import DEFAULT_TIMEOUT
+    from pytest_ralph.driver import STOP_CHECK_SECONDS, _DrivenLoop
+    from pytest_ralph.settings import from_json
+
+    loop = _DrivenLoop(from_json({"dir": str(tmp_path / "state")}, "test"), rootdir=tmp_path,
+                       inifile=None)
+    phase = CheckPhaseConfig(prd=tmp_path / "prd.json", rootdir=tmp_path, inifile=None,
+                             timeout=3600.0)
+    assert loop._bounded(phase).timeout == STOP_CHECK_SECONDS < DEFAULT_TIMEOUT - 60
