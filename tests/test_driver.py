@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from pytest_ralph.arming import MARKER
+from pytest_ralph.claude_settings import SAFE_PATH_FLAG
 from pytest_ralph.history import DB_NAME, History
 from pytest_ralph.stop_payload import TRUNCATION_MARKER
 
@@ -295,7 +296,8 @@ def test_arming_twice_keeps_one_run_and_the_users_settings(project: Project) -> 
     ours = [g for g in stop_groups if any(OURS.search(hk.get("command", ""))
                                           for hk in g["hooks"])]
     assert len(ours) == 1 and len(ours[0]["hooks"]) == 1
-    assert ours[0]["hooks"][0]["command"] == f"{shlex.quote(sys.executable)} -m pytest_ralph.hook"
+    assert ours[0]["hooks"][0]["command"] == (
+        f"{shlex.quote(sys.executable)} {SAFE_PATH_FLAG} -m pytest_ralph.hook")
     # Everything else is kept as it was, the other Stop hook included.
     assert {**now, "hooks": {**now["hooks"], "Stop": [g for g in stop_groups
                                                       if g not in ours]}} == settings
@@ -345,8 +347,8 @@ def test_hook_command_quotes_an_interpreter_path_with_spaces(
     [group] = settings["hooks"]["Stop"]
     [handler] = group["hooks"]
     command = handler["command"]
-    assert command == f"'{python}' -m pytest_ralph.hook"
-    assert shlex.split(command) == [str(python), "-m", "pytest_ralph.hook"]
+    assert command == f"'{python}' {SAFE_PATH_FLAG} -m pytest_ralph.hook"
+    assert shlex.split(command) == [str(python), SAFE_PATH_FLAG, "-m", "pytest_ralph.hook"]
 
     # Run it the way Claude Code does: through a shell, the payload on stdin.
     payload = json.dumps({"session_id": S1, "cwd": str(project.root),

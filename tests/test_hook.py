@@ -31,6 +31,8 @@ from typing import Any
 
 import pytest
 
+from pytest_ralph.claude_settings import SAFE_PATH_FLAG
+
 PY = sys.executable
 SID = "3c9d2b7e-5a41-4f0e-9b6d-7e21f0a4c815"
 OTHER_SID = "a07e4f13-2d9c-4b8a-8e55-0c6b9f3d2e71"
@@ -675,8 +677,8 @@ def test_hook_command_needs_only_the_interpreter(tmp_path: Path) -> None:
     (handler,) = group["hooks"]
     command = handler["command"]
     assert handler["type"] == "command"
-    assert command == f"{shlex.quote(python)} -m pytest_ralph.hook"
-    assert shlex.split(command) == [python, "-m", "pytest_ralph.hook"]
+    assert command == f"{shlex.quote(python)} {SAFE_PATH_FLAG} -m pytest_ralph.hook"
+    assert shlex.split(command) == [python, SAFE_PATH_FLAG, "-m", "pytest_ralph.hook"]
     for tool in ("bash", "jq", "perl", "sed", "grep", "|", "&&", ";"):
         assert tool not in command.replace(python, "")
 
