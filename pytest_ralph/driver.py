@@ -54,6 +54,7 @@ from .loop import (
     _Turn,
     plural,
 )
+from .model import PRD
 from .oracle import snapshot_from_json, snapshot_to_json
 from .prd import PRDError, load_prd
 from .prompt import pick_story
@@ -140,8 +141,8 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
     if other:
         return EXIT_USAGE, other
     log = io.StringIO()
-    loop = Loop(settings, rootdir=rootdir, inifile=inifile, out=out or log, python=python,
-                pythonpath=pythonpath)
+    loop = _DrivenLoop(settings, rootdir=rootdir, inifile=inifile, out=out or log,
+                       python=python, pythonpath=pythonpath)
     state = StateDir(settings.dir)
     try:
         prd = loop.prepare_prd()
@@ -159,34 +160,11 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
             except SettingsFileError as exc:
                 return EXIT_USAGE, f"pytest-ralph: {exc}"
             lines.append(f"pytest-ralph: {merged.message}")
-            run_dir = state.new_run()
-            oracle = loop._snapshot(prd)
-            marker = rootdir / MARKER
-            started = _now()
-            history.arm_run(run_dir.id, prd=prd.path.resolve(), rootdir=rootdir,
-                            argv=SESSION_ARGV, settings=to_json(settings), armed=started,
-                            hostname=socket.gethostname(), oracle=snapshot_to_json(oracle),
-                            driver=DRIVER, marker=marker, inifile=inifile)
-            loop._db_sig = _db_signature(history.path)
-            run = RunRecord(prd=prd, settings=settings, argv=list(SESSION_ARGV),
-                            run_dir=run_dir, started=started, oracle=oracle)
-            # The baseline is checked now, so that every Stop of the session is an iteration
-            # that the oracle guard and the completion promise apply to.
-            code = loop._baseline(run, state, loop._phase_config(prd))
-            if code is not None:
-                report = loop._finish(run, state)
+            run, report = loop.arm(prd, state, rootdir / MARKER)
+            if report is not None:
                 lines.append(log.getvalue().rstrip("\n"))
                 lines.append(f"pytest-ralph: nothing armed: {run.reason}; report {report}")
-                return (0 if code == EXIT_COMPLETE else code), "\n".join(lines)
-            _keep_good_prd(run)  # after the baseline wrote its notes back
-            try:
-                write_marker(Armed(marker, run_dir.id, state.root, rootdir))
-            except MarkerError:
-                history.finish_run(run_dir.id, "cancelled", 2, "the arming file could not be "
-                                   "written", _now())
-                raise
-            # The session's first turn starts from here (the arming file is not its change).
-            history.set_turn(run_dir.id, _now(), tree_snapshot(rootdir))
+                return run.exit_code or 0, "\n".join(lines)
     except (LoopUsageError, MarkerError) as exc:
         return EXIT_USAGE, "\n".join([*lines, f"pytest-ralph: {exc}"])
     except NoCriteria as exc:
@@ -196,9 +174,9 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
     promise = (f"; it also needs the final message to hold the line <promise>{settings.promise}"
                "</promise>" if settings.promise else "")
     lines.append(
-        f"pytest-ralph: armed run {run_dir.id} on {prd.path} (baseline: {len(base.passing)}/{n} "
-        f"criteria passing; max iterations {settings.max_iterations}, breaker "
-        f"{settings.breaker}){promise}.\n"
+        f"pytest-ralph: armed run {run.run_dir.id} on {prd.path} (baseline: "
+        f"{len(base.passing)}/{n} criteria passing; max iterations {settings.max_iterations}, "
+        f"breaker {settings.breaker}){promise}.\n"
         f"pytest-ralph: the first Claude Code session in {rootdir} that ends a reply adopts it; "
         "from then on, each time that session stops, its Stop hook checks every criterion and "
         "gives it the next prompt until all pass. Start one with, for example:\n"
@@ -343,6 +321,42 @@ class _DrivenLoop(Loop):
         criterion fails as timed out) before Claude Code kills the hook at its timeout."""
         phase = super()._bounded(phase)
         return replace(phase, timeout=min(phase.timeout, STOP_CHECK_SECONDS))
+
+    def arm(self, prd: PRD, state: StateDir, marker: Path) -> tuple[RunRecord, Path | None]:
+        """Record a new driven run of ``prd``, check its baseline now (so that every Stop of
+        the session is an iteration the oracle guard and the completion promise apply to)
+        and, unless that ends the run, write the arming file ``marker``. Needs
+        :meth:`locked`.
+
+        Returns:
+            The run, and the report's path when the baseline ended it (every criterion
+            passes, or none is selected), else ``None``.
+
+        Raises:
+            MarkerError: the arming file cannot be written (the run is then cancelled).
+        """
+        history = self.history
+        run_dir = state.new_run()
+        oracle = self._snapshot(prd)
+        started = _now()
+        history.arm_run(run_dir.id, prd=prd.path.resolve(), rootdir=self.rootdir,
+                        argv=SESSION_ARGV, settings=to_json(self.settings), armed=started,
+                        hostname=socket.gethostname(), oracle=snapshot_to_json(oracle),
+                        driver=DRIVER, marker=marker, inifile=self.inifile)
+        self._db_sig = _db_signature(history.path)
+        run = RunRecord(prd=prd, settings=self.settings, argv=list(SESSION_ARGV),
+                        run_dir=run_dir, started=started, oracle=oracle)
+        if self._baseline(run, state, self._phase_config(prd)) is not None:
+            return run, self._finish(run, state)
+        _keep_good_prd(run)  # after the baseline wrote its notes back
+        try:
+            write_marker(Armed(marker, run_dir.id, state.root, self.rootdir))
+        except MarkerError:
+            history.finish_run(run_dir.id, "cancelled", 2, "the arming file could not be "
+                               "written", _now())
+            raise
+        self._set_turn(run)  # the session's first turn starts here, after the arming file
+        return run, None
 
     def stop(self, run_id: str, armed: Armed, payload: StopPayload) -> Answer:
         """One Stop, with the state folder locked and the history open."""
