@@ -38,12 +38,16 @@ __all__ = [
     "MARKER",
     "MARKER_VERSION",
     "MAX_MARKER_BYTES",
+    "SESSION_ARGV",
     "Armed",
     "MarkerError",
     "read_marker",
     "remove_marker",
     "write_marker",
 ]
+
+#: The agent argv recorded for the turns of a Claude Code run (the session is the agent).
+SESSION_ARGV = ("claude-code-session",)
 
 #: Where the arming file lives, relative to the project folder.
 MARKER = Path(*MARKER_PARTS)

@@ -38,7 +38,15 @@ from pathlib import Path
 from typing import TextIO
 
 from .agent import AgentRun
-from .arming import MARKER, Armed, MarkerError, read_marker, remove_marker, write_marker
+from .arming import (
+    MARKER,
+    SESSION_ARGV,
+    Armed,
+    MarkerError,
+    read_marker,
+    remove_marker,
+    write_marker,
+)
 from .checkrun import CheckPhaseConfig
 from .claude_settings import DEFAULT_TIMEOUT, SettingsFileError, hook_command, merge_stop_hook
 from .gitdiff import tree_snapshot
@@ -73,8 +81,6 @@ from .stop_payload import (
 #: ``--ralph-driver``.
 DRIVER = "claude"
 
-#: The agent argv recorded for a session's turn (the session is the agent).
-SESSION_ARGV = ("claude-code-session",)
 
 #: A prompt longer than this (UTF-16 units) is cut in the block ``reason``, which then
 #: points at the prompt file for the rest.

@@ -317,6 +317,11 @@ class Loop:
         prd = self.prepare_prd()
         argv = self._resolve_agent()
         self._template()
+        if self.settings.promise:
+            self._notes.append(f"promise (from {self.settings.sources.get('promise')}) is "
+                               "ignored: `pytest --ralph` completes on the checks alone; the "
+                               "completion promise is for the Claude Code driver (`pytest "
+                               "--ralph-init --ralph-driver claude --ralph-promise TEXT`)")
         return prd, argv
 
     def prepare_prd(self) -> PRD:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .arming import SESSION_ARGV
 from .checks import CLAIMED_NOTE
 from .fingerprint import fingerprint
 from .prompt import excerpt, same_failure_counts
@@ -106,6 +107,10 @@ def render_report(run: RunRecord) -> str:
         f"identical failures",
         f"- Criteria: {len(last.passing)}/{total} passing"
         + (f", {len(claimed)} of them {CLAIMED_NOTE}" if claimed else ""),
+        *([f"- Completion promise: the final message had to hold the line "
+           f"`<promise>{s.promise}</promise>`"
+           + (" (it did)" if run.status == "complete" and n_iter else "")]
+          if s.promise and tuple(run.argv) == SESSION_ARGV else []),
         f"- Run: `{run.run_dir.id}`, started {run.started.isoformat(timespec='seconds')}"
         + (f", finished {run.finished.isoformat(timespec='seconds')}" if run.finished else ""),
         f"- State: `{run.run_dir.path}`",

@@ -892,3 +892,30 @@ def test_a_stop_check_phase_ends_before_the_hook_timeout(tmp_path: Path) -> None
     phase = CheckPhaseConfig(prd=tmp_path / "prd.json", rootdir=tmp_path, inifile=None,
                              timeout=3600.0)
     assert loop._bounded(phase).timeout == STOP_CHECK_SECONDS < DEFAULT_TIMEOUT - 60
+
+
+def test_the_report_of_a_promised_run_says_so_and_the_outer_loop_ignores_it(
+        project: Project) -> None:
+    project.arm("--ralph-promise", "ALL DONE")
+    assert project.stop().blocked
+    project.write("done.txt")
+    waiting = project.stop(last_assistant_message="Done.")
+    assert waiting.blocked and "waiting for the completion promise" in waiting.system
+    done = project.stop(last_assistant_message="Done.\n<promise>ALL DONE</promise>")
+    assert not done.blocked and "complete after 3 iterations" in done.system
+    report = report_path(done.system).read_text(encoding="utf-8")
+    assert ("- Completion promise: the final message had to hold the line "
+            "`<promise>ALL DONE</promise>` (it did)") in report
+
+    (project.root / "done.txt").unlink()
+    agent = project.root / "agent.py"
+    agent.write_text(AGENT, encoding="utf-8")
+    outer = project.pytest("--ralph", "--ralph-agent",
+                           f"{shlex.quote(sys.executable)} {shlex.quote(str(agent))}",
+                           "--ralph-promise", "ALL DONE")
+    assert outer.code == 0, outer.text
+    assert ("warning: promise (from --ralph-promise) is ignored: `pytest --ralph` completes on "
+            "the checks alone") in outer.out
+    match = re.search(r"pytest-ralph: report (\S+\.md)", outer.out)
+    assert match, outer.out
+    assert "Completion promise" not in Path(match.group(1)).read_text(encoding="utf-8")
