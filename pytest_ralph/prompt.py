@@ -395,6 +395,11 @@ def render_story(story: Story | None, results: CheckResults,
         if any(r.story in blocked for r in results.failing):
             return ("(none: every story with failing criteria is blocked, see \"Blocked "
                     "stories\"; fix the check-phase errors below, if any)")
+        if results.failing:  # failing, yet no story of the PRD has them: removed from it
+            gone = ", ".join(dict.fromkeys(r.story for r in results.failing))
+            return (f"(the failing criteria belong to {gone}, which the PRD no longer has: the "
+                    "criteria of the run are those it started with; restore them in the PRD "
+                    "and make them pass)")
         return "(no story has failing criteria; fix the check-phase errors below)"
     status = {r.criterion: r for r in results.criteria if r.story == story.id}
     lines = [f"{story.id}: {_one_line(story.title, TITLE_CHARS)}"]

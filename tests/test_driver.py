@@ -656,6 +656,7 @@ def test_removing_a_failing_story_never_completes(make_project: Callable[..., Pr
     assert stop.system == "ralph iteration 2/3: 1 criterion failing"
     assert "[US-002::AC1] b.txt says ok" in stop.reason
     assert "criteria changed: criterion US-002::AC1 removed" in stop.reason
+    assert "(the failing criteria belong to US-002, which the PRD no longer has" in stop.reason
     assert "criterion US-002::AC1 removed" in stop.stderr
     with project.history() as h:
         it = h.iterations(run_id)[1]
