@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .stop_payload import json_kind
+
 #: The module Claude Code runs as the Stop hook.
 HOOK_MODULE = "pytest_ralph.hook"
 #: Default handler timeout in seconds (Claude Code's own default for command hooks).
@@ -287,21 +289,6 @@ def _emptied(group: dict[str, Any], touched: list[dict[str, Any]]) -> bool:
             and set(group) <= {"hooks", "matcher"})
 
 
-def _kind(value: object) -> str:
-    """The JSON name of a value's type, for error messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    return "an object"
-
-
 def read_settings(path: Path) -> dict[str, Any]:
     """The parsed settings object; ``{}`` for a missing or blank file.
 
@@ -331,7 +318,7 @@ def read_settings(path: Path) -> dict[str, Any]:
         ) from exc
     if not isinstance(settings, dict):
         raise SettingsFileError(path, f"expected a JSON object at the top level, found "
-                                      f"{_kind(settings)}; wrap the settings in {{...}}.")
+                                      f"{json_kind(settings)}; wrap the settings in {{...}}.")
     return settings
 
 
@@ -354,7 +341,7 @@ def stop_groups(path: Path, settings: dict[str, Any], *,
     if not isinstance(hooks, dict):
         raise SettingsFileError(
             path, f"expected an object mapping event names to lists of hook groups, found "
-                  f"{_kind(hooks)}; write it as {{\"Stop\": [...], ...}}.", json_path="hooks")
+                  f"{json_kind(hooks)}; write it as {{\"Stop\": [...], ...}}.", json_path="hooks")
     groups = hooks.get("Stop")
     if groups is None and "Stop" not in hooks:
         if not create:
@@ -362,17 +349,17 @@ def stop_groups(path: Path, settings: dict[str, Any], *,
         groups = hooks["Stop"] = []
     if not isinstance(groups, list):
         raise SettingsFileError(
-            path, f"expected a list of hook groups, found {_kind(groups)}; write it as "
+            path, f"expected a list of hook groups, found {json_kind(groups)}; write it as "
                   "[{\"hooks\": [{\"type\": \"command\", \"command\": \"...\"}]}].",
             json_path="hooks.Stop")
     for i, group in enumerate(groups):
         if not isinstance(group, dict):
             raise SettingsFileError(
-                path, f"expected a hook group object, found {_kind(group)}; write it as "
+                path, f"expected a hook group object, found {json_kind(group)}; write it as "
                       "{\"hooks\": [...]} or remove it.", json_path=f"hooks.Stop[{i}]")
         if "hooks" in group and not isinstance(group["hooks"], list):
             raise SettingsFileError(
-                path, f"expected a list of handlers, found {_kind(group['hooks'])}; write it "
+                path, f"expected a list of handlers, found {json_kind(group['hooks'])}; write it "
                       "as [{\"type\": \"command\", \"command\": \"...\"}].",
                 json_path=f"hooks.Stop[{i}].hooks")
     return groups

@@ -42,6 +42,7 @@ __all__ = [
     "bound_text",
     "find_promise",
     "fold_whitespace",
+    "json_kind",
     "last_message",
     "last_transcript_message",
     "parse_payload",
@@ -123,19 +124,20 @@ _STRING_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 _ACTIVE_KEYS = ("stop_hook_active", "stopHookActive")
 
 
-def _type_name(value: object) -> str:
-    """JSON type name of a decoded value, for problem messages."""
+def json_kind(value: object) -> str:
+    """The JSON type of a decoded value with its article, for messages: ``"null"``,
+    ``"a boolean"``, ``"a number"``, ``"a string"``, ``"an array"`` or ``"an object"``."""
     if value is None:
         return "null"
     if isinstance(value, bool):
-        return "boolean"
+        return "a boolean"
     if isinstance(value, (int, float)):
-        return "number"
+        return "a number"
     if isinstance(value, str):
-        return "string"
+        return "a string"
     if isinstance(value, list):
-        return "array"
-    return "object"
+        return "an array"
+    return "an object"
 
 
 def _lookup(obj: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, Any] | None:
@@ -178,9 +180,7 @@ def parse_payload(data: bytes) -> StopPayload:
         problems.append(f"stdin is not valid JSON: {exc}")
         return StopPayload(problems=tuple(problems))
     if not isinstance(obj, dict):
-        kind = _type_name(obj)
-        what = kind if kind == "null" else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
-        problems.append(f"stdin JSON is {what}, expected an object")
+        problems.append(f"stdin JSON is {json_kind(obj)}, expected an object")
         return StopPayload(problems=tuple(problems))
 
     fields: dict[str, Any] = {}
@@ -190,7 +190,7 @@ def parse_payload(data: bytes) -> StopPayload:
             continue
         key, value = found
         if not isinstance(value, str):
-            problems.append(f"{key}: expected a string, got {_type_name(value)} {value!r:.80}")
+            problems.append(f"{key}: expected a string, got {json_kind(value)} {value!r:.80}")
             continue
         if field == "session_id":
             value = value.strip()
@@ -210,7 +210,7 @@ def parse_payload(data: bytes) -> StopPayload:
             fields["stop_hook_active"] = value.strip().lower() == "true"
             problems.append(f"{key}: expected a boolean, got the string {value!r}")
         else:
-            problems.append(f"{key}: expected a boolean, got {_type_name(value)} {value!r:.80}; "
+            problems.append(f"{key}: expected a boolean, got {json_kind(value)} {value!r:.80}; "
                             "read as false")
     return StopPayload(problems=tuple(problems), **fields)
 

@@ -117,7 +117,7 @@ def test_wrong_types_become_problems() -> None:
     assert p.session_id is None and p.cwd is None and p.transcript_path is None
     assert p.stop_hook_active is True
     assert len(p.problems) == 3
-    assert "session_id: expected a string, got number 5" in p.problems[0]
+    assert "session_id: expected a string, got a number 5" in p.problems[0]
     assert any("stop_hook_active" in problem for problem in p.problems)
 
 
