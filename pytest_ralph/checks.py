@@ -212,12 +212,16 @@ class ClaimedCheck:
     """A text criterion with no check: decided by the story's own ``passes`` claim.
 
     Attributes:
-        story_passes: the story's ``passes`` value in the PRD at check time.
+        story_passes: the story's ``passes`` value in the PRD at check time (from its
+            ``status`` in a PRD dialect that has no ``passes``).
         strict: when ``True`` the criterion fails whatever the claim (``--ralph-strict``).
+        done_key: ``"status"`` when the claim comes from the story's ``status``, for the
+            failure message; else ``"passes"``.
     """
 
     story_passes: bool
     strict: bool = False
+    done_key: str = "passes"
 
     def run(self) -> CheckResult:
         """Pass on the claim; fail without a ``passes: true`` claim, or in strict mode."""
@@ -226,6 +230,10 @@ class ClaimedCheck:
                                       "and --ralph-strict refuses claims", claimed=True)
         if self.story_passes:
             return CheckResult(True, CLAIMED_NOTE, claimed=True)
+        if self.done_key == "status":
+            return CheckResult(False, f"{CLAIMED_NOTE}: the story's `status` does not say done; "
+                                      "expected the story to be done and its status set to done "
+                                      "(or complete, completed, passed)", claimed=True)
         return CheckResult(False, f"{CLAIMED_NOTE}: the story does not claim `passes: true`; "
                                   "expected the story to be done and marked so", claimed=True)
 
@@ -996,4 +1004,4 @@ def make_check(criterion: Criterion, story: Story, *, rootdir: Path, strict: boo
             raise ValueError("make_check: a verifier needs the PRD path (prd=...)")
         return VerifierCheck(verifier, verifier_source, criterion, story, prd.absolute(),
                              rootdir.absolute(), default_timeout)
-    return ClaimedCheck(story.passes, strict)
+    return ClaimedCheck(story.passes, strict, story.done_key)

@@ -45,9 +45,16 @@ class PRDFile(pytest.File):
         settings = get_settings(self.config)
         self.config.stash.setdefault(COLLECTED_PRDS, set()).add(self.path.resolve())
         prd = load_prd(self.path, max_bytes=settings.max_prd_bytes)
-        if not prd.stories:
-            notes: list[str] = self.config.stash.setdefault(EMPTY_PRDS, [])
-            notes.append(f"{self.path}: userStories is empty: no acceptance criteria to check")
+        if prd.dialect != "canonical" or not prd.stories:
+            from .report import dialect_line, no_stories_message  # lazy: rarely needed
+
+            line = dialect_line(prd)
+            if line:
+                dialects = self.config.stash.setdefault(DIALECTS, {})
+                dialects[self.path.resolve()] = line
+            if not prd.stories:
+                notes: list[str] = self.config.stash.setdefault(EMPTY_PRDS, [])
+                notes.append(f"{self.path}: {no_stories_message(prd)}")
         for story in prd.stories:
             yield StoryCollector.from_parent(self, name=story.id, story=story)
 
@@ -127,4 +134,7 @@ class CriterionItem(pytest.Item):
 
 
 EMPTY_PRDS = pytest.StashKey[list[str]]()
+#: Collected PRD files that are not in the canonical shape: resolved path -> what the loader
+#: did (``dialect tasks+steps (stories under $.tasks; ...)``), in collection order.
+DIALECTS = pytest.StashKey[dict[Path, str]]()
 COLLECTED_PRDS = pytest.StashKey[set[Path]]()

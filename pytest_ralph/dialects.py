@@ -3,7 +3,9 @@
 Real PRD files drift from the canonical shape (see PRODUCT.md, "1. The PRD"). This
 module turns the already-parsed data of such a file into the canonical shape and says
 what it did. It is pure: no I/O, no pytest, standard library only, and it never
-mutates its input. It is not wired into the loader yet.
+mutates its input. :func:`pytest_ralph.prd.load_prd` applies it after parsing and before
+validating against the schema; write-back uses :attr:`Normalized.origins` to find a story's
+fields in the file as written.
 
 The canonical shape::
 
@@ -17,6 +19,7 @@ The rules, each a small function below:
 
 - stories (:func:`_find_stories`): under ``userStories | stories | tasks | items |
   features``, under ``phases[].stories`` (flattened, in phase order), or a top-level array.
+  An empty container gives zero stories (the loader's callers report "no stories").
 - criteria (:func:`_criteria`): under ``acceptanceCriteria | acceptance | steps |
   steps_to_verify | acceptance_tests``; a single string is one criterion; criterion
   objects (``{"text": ..., "run": ...}``) are kept as they are. A story with no criteria
@@ -37,13 +40,16 @@ The rules, each a small function below:
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CRITERIA_KEYS", "STORY_CONTAINERS", "DialectError", "Normalized", "normalize"]
+__all__ = ["CRITERIA_KEYS", "STORY_CONTAINERS", "DialectError", "Normalized", "Origin",
+           "describe", "json_path", "normalize", "source_path"]
 
 #: Keys that may hold the list of stories, in the order they are tried.
 STORY_CONTAINERS = ("userStories", "stories", "tasks", "items", "features")
@@ -70,15 +76,43 @@ class DialectError(ValueError):
 
     Attributes:
         problems: ``(json_path, message)`` pairs, e.g.
-            ``("$.tasks[2]", "$.tasks[2] is a string; expected a story object")``;
-            every message says what was found and what was expected.
+            ``("$.tasks[2]", "expected a story object with a title; found a string")``;
+            every message says what was expected and what was found.
 
-    ``str(error)`` is the messages, one per line.
+    ``str(error)`` is ``json_path: message``, one problem per line.
     """
 
     def __init__(self, problems: list[tuple[str, str]]) -> None:
         self.problems = tuple(problems)
-        super().__init__("\n".join(message for _, message in problems))
+        super().__init__("\n".join(f"{jp}: {message}" for jp, message in problems))
+
+
+#: A JSON path as parts: keys and 0-based indices, e.g. ``("phases", 1, "stories", 0)``.
+Parts = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where one normalized story came from in the parsed file.
+
+    Attributes:
+        parts: the story object's path in the file as parts (``("tasks", 2)``; ``(2,)``
+            for a top-level array).
+        criteria_key: the story key its criteria came from (``"steps"``), or ``""`` when
+            its one criterion was made from its title.
+        criteria_string: the criteria were a single string (one criterion).
+        id_synthesized: the id was made from the position (``S3``).
+        title_key: ``"title"``, or ``"description"`` when the title is its first line.
+        done_key: ``"passes"`` or ``"status"``: what decided ``passes``; ``""`` when
+            neither was there (``passes`` is false).
+    """
+
+    parts: Parts
+    criteria_key: str = "acceptanceCriteria"
+    criteria_string: bool = False
+    id_synthesized: bool = False
+    title_key: str = "title"
+    done_key: str = "passes"
 
 
 @dataclass(frozen=True)
@@ -90,11 +124,16 @@ class Normalized:
         dialect: ``"canonical"`` when no rule was needed, else the names of the rules
             applied joined by ``+`` (e.g. ``"phases+acceptance+P-priority+title-criteria"``).
         notes: human-readable lines saying what was renamed or synthesized.
+        origins: one :class:`Origin` per story of ``data["userStories"]``, in order.
+        stories_path: the JSON path the stories were taken from: ``$.userStories``,
+            ``$.tasks``, ``$.phases[].stories``, ``$`` (a top-level array)...
     """
 
     data: dict[str, Any]
     dialect: str = "canonical"
     notes: tuple[str, ...] = ()
+    origins: tuple[Origin, ...] = ()
+    stories_path: str = "$.userStories"
 
 
 @dataclass
@@ -105,6 +144,7 @@ class _Work:
     notes: list[str] = field(default_factory=list)
     tally: Counter[str] = field(default_factory=Counter)
     problems: list[tuple[str, str]] = field(default_factory=list)
+    stories_path: str = "$.userStories"
 
     def rule(self, name: str) -> None:
         if name not in self.rules:
@@ -114,21 +154,28 @@ class _Work:
         self.problems.append((json_path, message))
 
 
-def _kind(value: object) -> str:
-    """A JSON name for the type of ``value`` ("a string", "an object", ...)."""
+def describe(value: object) -> str:
+    """What a parsed JSON/YAML value is, for messages: ``null``, ``boolean true``,
+    ``number 42``, ``string "text"`` (cut at 60 characters), ``an array of 2 items``,
+    ``an object with keys 'a', 'b'`` (at most 8 keys named)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
-        return f"a boolean ({str(value).lower()})"
-    if isinstance(value, str):
-        return "a string"
+        return f"boolean {json.dumps(value)}"
     if isinstance(value, (int, float)):
-        return f"a number ({value})"
-    if isinstance(value, dict):
-        return "an object"
+        return f"number {value!r}"
+    if isinstance(value, str):
+        shown = value if len(value) <= 60 else value[:57] + "..."
+        return f"string {json.dumps(shown, ensure_ascii=False)}"
     if isinstance(value, list):
-        return "an array"
+        return f"an array of {len(value)} item{'s' if len(value) != 1 else ''}"
+    if isinstance(value, dict):
+        keys = ", ".join(repr(k) for k in list(value)[:8])
+        return f"an object with keys {keys}" if value else "an empty object"
     return type(value).__name__
+
+
+_kind = describe  # the name the rules below use
 
 
 def _plural(n: int, word: str) -> str:
@@ -141,27 +188,42 @@ def _plural(n: int, word: str) -> str:
 # The rules
 
 
-def _find_stories(data: object, work: _Work) -> list[tuple[str, object]]:
-    """The raw stories as ``(json_path, story)`` pairs, in file order.
+def json_path(parts: Iterable[str | int]) -> str:
+    """Format path parts (keys and indices) as a JSON path: ``("tasks", 2, "id")`` ->
+    ``$.tasks[2].id``; a key that is not an identifier is quoted: ``$["my key"]``."""
+    out = "$"
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif re.fullmatch(r"[A-Za-z_]\w*", part):
+            out += f".{part}"
+        else:
+            out += "[" + json.dumps(part) + "]"
+    return out
+
+
+def _find_stories(data: object, work: _Work) -> list[tuple[Parts, object]]:
+    """The raw stories as ``(parts, story)`` pairs, in file order.
 
     Tries ``STORY_CONTAINERS`` in order, then ``phases[].stories``; a top-level array is
-    the list of stories itself. Records a DialectError problem when the container is of
-    the wrong type, holds no stories, or is not there at all.
+    the list of stories itself. An empty container gives no stories (and a note). Records
+    a DialectError problem when the container is of the wrong type or is not there at all.
     """
     if isinstance(data, list):
         work.rule("top-level-array")
+        work.stories_path = "$"
         work.notes.append("stories are the top-level array")
-        stories: list[tuple[str, object]] = [(f"$[{i}]", s) for i, s in enumerate(data)]
-        if not stories:
-            work.problem("$", "no stories: $ is an empty array; expected at least one story")
-        return stories
+        if not data:
+            work.notes.append("no stories: $ is an empty array")
+        return [((i,), s) for i, s in enumerate(data)]
     if not isinstance(data, dict):
-        work.problem("$", f"$ is {_kind(data)}; expected {_EXPECTED_TOP}")
+        work.problem("$", f"expected {_EXPECTED_TOP}; found {_kind(data)}")
         return []
     for key in STORY_CONTAINERS:
         if key in data:
             value = data[key]
-            jp = f"$.{key}"
+            jp = json_path((key,))
+            work.stories_path = jp
             if key != "userStories":
                 work.rule(key)
                 work.notes.append(f"stories under {jp}")
@@ -170,48 +232,56 @@ def _find_stories(data: object, work: _Work) -> list[tuple[str, object]]:
                 work.notes.append(f"stories taken from {jp}; ignored "
                                   + ", ".join(f"$.{k}" for k in others))
             if not isinstance(value, list):
-                work.problem(jp, f"{jp} is {_kind(value)}; expected an array of stories")
+                work.problem(jp, f"expected an array of stories; found {_kind(value)}")
                 return []
             if not value:
-                work.problem(jp, f"no stories: {jp} is empty; expected at least one story")
-            return [(f"{jp}[{i}]", s) for i, s in enumerate(value)]
+                work.notes.append(f"no stories: {jp} is empty")
+            return [((key, i), s) for i, s in enumerate(value)]
     if "phases" in data:
         return _phase_stories(data["phases"], work)
     keys = ", ".join(map(str, data)) or "none"
-    work.problem("$", f"no stories found: expected {_EXPECTED_TOP}; found keys: {keys}")
+    stray = [k for k in CRITERIA_KEYS if isinstance(data.get(k), list)]
+    found = ""
+    if stray:
+        n = len(data[stray[0]])
+        found = (f"; $.{stray[0]} holds {n} criteri{'on' if n == 1 else 'a'} but no story owns "
+                 f"them (put them in a story: {{\"id\", \"title\", \"{stray[0]}\"}})")
+    work.problem("$", f"no stories found: expected {_EXPECTED_TOP}; found keys: {keys}{found}")
     return []
 
 
-def _phase_stories(phases: object, work: _Work) -> list[tuple[str, object]]:
+def _phase_stories(phases: object, work: _Work) -> list[tuple[Parts, object]]:
     """``phases[].stories`` flattened in phase order (a phase without ``stories`` adds none)."""
     work.rule("phases")
+    work.stories_path = "$.phases[].stories"
     if not isinstance(phases, list):
-        work.problem("$.phases", f"$.phases is {_kind(phases)}; expected an array of phases, "
-                     "each an object with a 'stories' array")
+        work.problem("$.phases", "expected an array of phases, each an object with a "
+                     f"'stories' array; found {_kind(phases)}")
         return []
-    stories: list[tuple[str, object]] = []
+    stories: list[tuple[Parts, object]] = []
     for p, phase in enumerate(phases):
         pp = f"$.phases[{p}]"
         if not isinstance(phase, dict):
-            work.problem(pp, f"{pp} is {_kind(phase)}; expected a phase object with a "
-                         "'stories' array")
+            work.problem(pp, f"expected a phase object with a 'stories' array; found "
+                         f"{_kind(phase)}")
             continue
-        value = phase.get("stories", [])
+        value = phase.get("stories")
+        if value is None:
+            value = []
         if not isinstance(value, list):
-            work.problem(f"{pp}.stories", f"{pp}.stories is {_kind(value)}; expected an "
-                         "array of stories")
+            work.problem(f"{pp}.stories", f"expected an array of stories; found {_kind(value)}")
             continue
-        stories += [(f"{pp}.stories[{i}]", s) for i, s in enumerate(value)]
+        stories += [(("phases", p, "stories", i), s) for i, s in enumerate(value)]
     work.notes.append(f"stories under $.phases[].stories: {_plural(len(phases), 'phase')} "
                       "flattened in order")
     if not stories and not work.problems:
-        work.problem("$.phases", "no stories: no phase under $.phases has any; expected at "
-                     "least one story")
+        work.notes.append("no stories: no phase under $.phases has any")
     return stories
 
 
-def _story_id(story: dict[str, Any], jp: str, position: int, work: _Work) -> str:
-    """The story's id as a string; ``S<position>`` when it has none; ints become strings."""
+def _story_id(story: dict[str, Any], position: int, work: _Work) -> Any:
+    """The story's id: ``S<position>`` when it has none; an int becomes a string; any
+    other value is kept for the schema to report."""
     sid = story.get("id")
     if sid is None or sid == "":
         work.rule("position-ids")
@@ -222,64 +292,56 @@ def _story_id(story: dict[str, Any], jp: str, position: int, work: _Work) -> str
         work.rule("int-ids")
         work.tally["int-id"] += 1
         return str(sid)
-    if isinstance(sid, str):
-        return sid
-    work.problem(f"{jp}.id", f"{jp}.id is {_kind(sid)}; expected a string or an integer")
-    return ""
+    return sid
 
 
-def _title(story: dict[str, Any], jp: str, work: _Work) -> str:
-    """The story's title; without one, the first non-empty line of its description."""
+def _title(story: dict[str, Any], work: _Work) -> Any:
+    """The story's title; without one (missing, null or blank), the first non-empty line
+    of its description; ``None`` when there is neither. A title that is not a string is
+    kept for the schema to report."""
     title = story.get("title")
     if isinstance(title, str) and title.strip():
         return title
     if title is not None and not isinstance(title, str):
-        work.problem(f"{jp}.title", f"{jp}.title is {_kind(title)}; expected a string")
-        return ""
+        return title
     description = story.get("description")
+    if isinstance(description, list) and all(isinstance(v, str) for v in description):
+        description = "\n".join(description)
     if isinstance(description, str):
         line = next((ln.strip() for ln in description.splitlines() if ln.strip()), "")
         if line:
             work.rule("title-from-description")
             work.tally["title-from-description"] += 1
             return line
-    work.problem(jp, f"{jp} has no title; expected a non-empty 'title' (or a 'description' "
-                 "to take it from)")
-    return ""
+    return title
 
 
-def _criteria(story: dict[str, Any], jp: str, title: str, work: _Work) -> tuple[list[Any], str]:
-    """The story's criteria (a new list) and the key they came from (``""`` when none).
+def _criteria(story: dict[str, Any], title: Any, work: _Work) -> tuple[Any, str, bool]:
+    """The story's criteria (a new list), the key they came from (``""`` when none) and
+    whether they were made from the title.
 
-    A single string is one criterion; strings and objects are kept as they are; an empty
-    or missing list becomes ``[title]``.
+    A single string is one criterion; items are kept as they are (the schema judges
+    them); an empty or missing list becomes ``[title]``. A value that is neither a list
+    nor a string is kept for the schema to report.
     """
     key = next((k for k in CRITERIA_KEYS if k in story), "")
     value = story.get(key) if key else None
-    cp = f"{jp}.{key}"
     if key and key != "acceptanceCriteria":
         work.rule(key)
         work.tally[f"criteria-key:{key}"] += 1
+    if isinstance(value, str) and not value.strip():
+        value = None  # a blank string: no criteria
     if isinstance(value, str):
         work.rule("string-criteria")
         work.tally["string-criteria"] += 1
-        return ([value] if value.strip() else []) or _title_criteria(title, work), key
-    if value is None:
-        return _title_criteria(title, work), key
-    if not isinstance(value, list):
-        work.problem(cp, f"{cp} is {_kind(value)}; expected an array of criteria (strings or "
-                     "objects) or a single string")
-        return [], key
-    criteria: list[Any] = []
-    for i, c in enumerate(value):
-        if isinstance(c, str):
-            criteria.append(c)
-        elif isinstance(c, dict):
-            criteria.append(copy.deepcopy(c))
-        else:
-            work.problem(f"{cp}[{i}]", f"{cp}[{i}] is {_kind(c)}; expected a string or a "
-                         "criterion object")
-    return criteria or _title_criteria(title, work), key
+        return [value], key, False
+    if value is not None and not isinstance(value, (list, str)):
+        return copy.deepcopy(value), key, False
+    if value:
+        return copy.deepcopy(value), key, False
+    if not (isinstance(title, str) and title.strip()):
+        return [], key, False  # no title either: the schema reports the missing title
+    return _title_criteria(title, work), key, True
 
 
 def _title_criteria(title: str, work: _Work) -> list[Any]:
@@ -288,8 +350,9 @@ def _title_criteria(title: str, work: _Work) -> list[Any]:
     return [title]
 
 
-def _priority(value: object, jp: str, work: _Work) -> int | None:
-    """The priority as an int >= 0, or ``None`` when missing (see the module docstring)."""
+def _priority(value: object, work: _Work) -> Any:
+    """The priority as an int >= 0 (see the module docstring), or ``None`` when missing;
+    a value of no known form is kept for the schema to report."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -317,25 +380,21 @@ def _priority(value: object, jp: str, work: _Work) -> int | None:
         if mapped is not None:
             work.tally[f"priority:{value!r} -> {mapped}"] += 1
             return mapped
-    work.problem(f"{jp}.priority", f"{jp}.priority is {_kind(value)} {value!r}; expected an "
-                 "integer >= 0, a number, high/medium/low or P0..P9")
-    return None
+    return value  # the schema reports it
 
 
-def _passes(story: dict[str, Any], jp: str, work: _Work) -> bool:
-    """``passes`` when it is a bool; else whether ``status`` is a done status; else false."""
+def _passes(story: dict[str, Any], jp: str, work: _Work) -> Any:
+    """``passes`` when it is there (a value that is not a bool is kept for the schema to
+    report); else whether ``status`` is a done status; else false."""
     passes = story.get("passes")
-    if isinstance(passes, bool):
-        return passes
     if passes is not None:
-        work.problem(f"{jp}.passes", f"{jp}.passes is {_kind(passes)}; expected true or false")
-        return False
+        return passes
     if "status" not in story or story["status"] is None:
         return False
     status = story["status"]
     if not isinstance(status, str):
-        work.problem(f"{jp}.status", f"{jp}.status is {_kind(status)}; expected a string such "
-                     "as 'done' or 'open'")
+        work.problem(f"{jp}.status", "expected a string such as 'done' or 'open'; found "
+                     f"{_kind(status)}")
         return False
     work.rule("status")
     done = status.strip().lower() in DONE_STATUSES
@@ -343,9 +402,9 @@ def _passes(story: dict[str, Any], jp: str, work: _Work) -> bool:
     return done
 
 
-def _text_field(story: dict[str, Any], key: str, jp: str, work: _Work) -> str:
+def _text_field(story: dict[str, Any], key: str, work: _Work) -> Any:
     """A string field (``description``, ``notes``): ``""`` when missing; a list of
-    strings is joined with newlines."""
+    strings is joined with newlines; another value is kept for the schema to report."""
     value = story.get(key)
     if value is None:
         return ""
@@ -355,25 +414,25 @@ def _text_field(story: dict[str, Any], key: str, jp: str, work: _Work) -> str:
         work.rule(f"list-{key}")
         work.tally[f"list-{key}"] += 1
         return "\n".join(value)
-    work.problem(f"{jp}.{key}", f"{jp}.{key} is {_kind(value)}; expected a string")
-    return ""
+    return copy.deepcopy(value)
 
 
-def _header(data: object, work: _Work) -> dict[str, str]:
-    """``project``, ``branchName`` and ``description`` of the file (``""`` when missing).
+def _header(data: object, work: _Work) -> dict[str, Any]:
+    """``project``, ``branchName`` and ``description`` of the file (``""`` when missing;
+    a value that is not a string is kept for the schema to report).
 
     ``project`` may be an object with ``name`` (its ``description`` is used when there is
     no top-level one), or be called ``projectName`` or ``name``.
     """
     if not isinstance(data, dict):
         return {"project": "", "branchName": "", "description": ""}
-    out: dict[str, str] = {}
+    out: dict[str, Any] = {}
     description = data.get("description")
     project = data.get("project")
     if isinstance(project, dict):
         work.rule("project-object")
         name = project.get("name")
-        out["project"] = name if isinstance(name, str) else ""
+        out["project"] = "" if name is None else copy.deepcopy(name)
         work.notes.append("project from $.project.name")
         if description is None and isinstance(project.get("description"), str):
             description = project["description"]
@@ -389,13 +448,7 @@ def _header(data: object, work: _Work) -> dict[str, str]:
                        ("description", description)):
         if key in out:
             continue
-        if value is None:
-            out[key] = ""
-        elif isinstance(value, str):
-            out[key] = value
-        else:
-            work.problem(f"$.{key}", f"$.{key} is {_kind(value)}; expected a string")
-            out[key] = ""
+        out[key] = "" if value is None else copy.deepcopy(value)
     return {k: out[k] for k in ("project", "branchName", "description")}
 
 
@@ -403,29 +456,37 @@ def _header(data: object, work: _Work) -> dict[str, str]:
 # Putting it together
 
 
-def _story(raw: object, jp: str, position: int, work: _Work) -> dict[str, Any] | None:
+def _story(raw: object, parts: Parts, position: int,
+           work: _Work) -> tuple[dict[str, Any], Origin] | None:
     if not isinstance(raw, dict):
-        work.problem(jp, f"{jp} is {_kind(raw)}; expected a story object with a title")
+        work.problem(json_path(parts), f"expected a story object with a title; found {_kind(raw)}")
         return None
-    sid = _story_id(raw, jp, position, work)
-    title = _title(raw, jp, work)
-    criteria, criteria_key = _criteria(raw, jp, title, work)
-    priority = _priority(raw.get("priority"), jp, work)
-    story: dict[str, Any] = {
-        "id": sid,
-        "title": title,
-        "description": _text_field(raw, "description", jp, work),
-        "acceptanceCriteria": criteria,
-    }
+    title = _title(raw, work)
+    criteria, criteria_key, from_title = _criteria(raw, title, work)
+    story: dict[str, Any] = {"id": _story_id(raw, position, work)}
+    if title is not None:  # else the schema reports the missing title
+        story["title"] = title
+    story["description"] = _text_field(raw, "description", work)
+    story["acceptanceCriteria"] = criteria
+    priority = _priority(raw.get("priority"), work)
     if priority is not None:
         story["priority"] = priority
-    story["passes"] = _passes(raw, jp, work)
-    story["notes"] = _text_field(raw, "notes", jp, work)
-    consumed = {*_CANONICAL_STORY_KEYS, criteria_key}
-    if not isinstance(raw.get("passes"), bool):
-        consumed.add("status")
+    story["passes"] = _passes(raw, json_path(parts), work)
+    story["notes"] = _text_field(raw, "notes", work)
+    done_key = ("passes" if raw.get("passes") is not None else
+                "status" if isinstance(raw.get("status"), str) else "")
+    consumed = {*_CANONICAL_STORY_KEYS, criteria_key, "status" if done_key == "status" else ""}
     story.update((k, copy.deepcopy(v)) for k, v in raw.items() if k not in consumed)
-    return story
+    origin = Origin(
+        parts=parts,
+        criteria_key="" if from_title else criteria_key,
+        criteria_string=not from_title and isinstance(raw.get(criteria_key), str),
+        id_synthesized=raw.get("id") is None or raw.get("id") == "",
+        title_key="description" if title is not None and title is not raw.get("title")
+        else "title",
+        done_key=done_key,
+    )
+    return story, origin
 
 
 def _tally_notes(work: _Work, n_stories: int) -> list[str]:
@@ -473,23 +534,67 @@ def normalize(data: object) -> Normalized:
     Returns:
         A :class:`Normalized`: the canonical data (a new dict sharing nothing with
         ``data``; other story keys are kept), the dialect name
-        (``"canonical"`` when no rule applied) and notes. Normalizing ``result.data``
-        again gives the same data, dialect ``"canonical"`` and no notes.
+        (``"canonical"`` when no rule applied), notes, and one :class:`Origin` per
+        story. Normalizing ``result.data`` again gives the same data and dialect
+        ``"canonical"``. An empty story container gives zero stories, with a note.
 
     Raises:
-        DialectError: the data matches no known dialect, or has no stories at all; its
+        DialectError: the data matches no known dialect; its
             ``problems`` name each JSON path, what was found there and what was expected.
     """
     work = _Work()
     header = _header(data, work)
     found = _find_stories(data, work)
-    stories = [s for pos, (jp, raw) in enumerate(found, start=1)
-               if (s := _story(raw, jp, pos, work)) is not None]
+    made = [m for pos, (parts, raw) in enumerate(found, start=1)
+            if (m := _story(raw, parts, pos, work)) is not None]
     if work.problems:
         raise DialectError(work.problems)
-    notes = [*work.notes, *_tally_notes(work, len(stories))]
+    notes = [*work.notes, *_tally_notes(work, len(made))]
     return Normalized(
-        data={**header, "userStories": stories},
+        data={**header, "userStories": [story for story, _ in made]},
         dialect="+".join(work.rules) or "canonical",
         notes=tuple(notes),
+        origins=tuple(origin for _, origin in made),
+        stories_path=work.stories_path,
     )
+
+
+def source_path(parts: Parts, origins: tuple[Origin, ...]) -> Parts:
+    """Map a path in the normalized data to the path of the same thing in the file.
+
+    ``("userStories", 3, "acceptanceCriteria", 1)`` of a story taken from
+    ``phases[1].stories[0]`` whose criteria were under ``steps`` becomes
+    ``("phases", 1, "stories", 0, "steps", 1)``. Synthesized values map to what they were
+    made from: a criterion made from the title to the title, a synthesized id to the
+    story, a title taken from the description to the description, ``passes`` decided by
+    ``status`` to ``status``. Paths outside ``userStories`` are returned unchanged.
+
+    Args:
+        parts: keys and 0-based indices in the normalized data.
+        origins: :attr:`Normalized.origins` of that data.
+
+    Returns:
+        The parts in the parsed file (before normalization).
+    """
+    if len(parts) < 2 or parts[0] != "userStories" or not isinstance(parts[1], int):
+        return parts
+    if not 0 <= parts[1] < len(origins):
+        return parts
+    origin = origins[parts[1]]
+    rest = parts[2:]
+    if not rest:
+        return origin.parts
+    head, tail = rest[0], rest[1:]
+    if head == "acceptanceCriteria":
+        if not origin.criteria_key:
+            return (*origin.parts, origin.title_key)
+        if origin.criteria_string:
+            return (*origin.parts, origin.criteria_key)
+        return (*origin.parts, origin.criteria_key, *tail)
+    if head == "id" and origin.id_synthesized:
+        return origin.parts
+    if head == "title" and origin.title_key != "title":
+        return (*origin.parts, origin.title_key)
+    if head == "passes" and origin.done_key == "status":
+        return (*origin.parts, "status")
+    return (*origin.parts, *rest)

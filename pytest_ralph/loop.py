@@ -72,7 +72,7 @@ from .prompt import (
     template_path,
 )
 from .redact import Redactor
-from .report import story_report, why, write_report
+from .report import dialect_line, no_stories_message, shown_path, story_report, why, write_report
 from .results import CheckResults, CriterionResult
 from .settings import Settings, to_json
 from .state import LockedError, RunDir, StateDir
@@ -345,8 +345,7 @@ class Loop:
         except PRDError as exc:
             raise LoopUsageError(exc.describe()) from None
         if not prd.stories:
-            raise NoCriteria(f"{prd.path}: userStories is empty: there are no acceptance "
-                             "criteria to check; add user stories to the PRD")
+            raise NoCriteria(f"{prd.path}: {no_stories_message(prd)}")
         if s.story:
             known = [st.id for st in prd.stories]
             unknown = [sid for sid in s.story if sid not in known]
@@ -443,10 +442,17 @@ class Loop:
                 "not run: the prompt below covers every criterion of the selected stories."
                 if self._selection() else "")
         self._print(f"pytest-ralph dry run: PRD {prd.path}; nothing is run or written.{note}\n"
+                    f"{self._dialect_text(prd)}"
                     f"--- agent argv ---\n{json.dumps(render_argv(argv, prompt_file))}\n"
                     f"--- prompt for iteration 1 (on stdin and in {{prompt_file}}) ---\n"
                     f"{prompt}\n--- end of prompt ---")
         return EXIT_COMPLETE
+
+    def _dialect_text(self, prd: PRD) -> str:
+        """``pytest-ralph: prd.json: dialect tasks+steps (...)`` and a line break, for a PRD
+        that is not in the canonical shape; ``""`` for a canonical one."""
+        line = dialect_line(prd)
+        return f"pytest-ralph: {shown_path(prd.path, self.rootdir)}: {line}\n" if line else ""
 
     # -- the run -----------------------------------------------------------------------------
 
@@ -543,6 +549,9 @@ class Loop:
                     f" of {plural(len(selected), 'story', 'stories')}); agent "
                     f"{json.dumps(argv)}; max iterations {s.max_iterations}; breaker "
                     f"{s.breaker}; state {run.run_dir.path}")
+        dialect = self._dialect_text(prd)
+        if dialect:
+            self._print(dialect.rstrip("\n"))
         if run.resumed_from:
             done = max(len(run.iterations) - 1, 0)
             streak = run.last.streak if run.iterations else 0

@@ -78,6 +78,8 @@ class Story:
         position: 0-based position in the file; breaks priority ties.
         json_path: where the story sits in the file, e.g. ``$.userStories[2]``.
         line: 1-based line of the story in the file, when known.
+        done_key: what the story's claim was read from: ``"passes"``, ``"status"`` (a
+            dialect: ``status: done`` and the like), or ``""`` when it has neither.
     """
 
     id: str
@@ -90,6 +92,7 @@ class Story:
     position: int
     json_path: str = ""
     line: int | None = None
+    done_key: str = "passes"
 
     @property
     def order_key(self) -> tuple[int, int, int]:
@@ -110,6 +113,12 @@ class PRD:
         branch_name: the ``branchName`` field, or ``""``.
         description: the ``description`` field, or ``""``.
         stories: the user stories in file order.
+        dialect: ``"canonical"``, or the dialect rules applied on load joined by ``+``
+            (``"tasks+steps+status"``; see :mod:`pytest_ralph.dialects`).
+        dialect_notes: one line per thing the loader renamed or synthesized
+            (``"ids synthesized from position: S1..S4"``); empty for a canonical file.
+        stories_path: the JSON path the stories were read from (``$.userStories``,
+            ``$.tasks``, ``$.phases[].stories``, ``$``...).
     """
 
     path: Path
@@ -118,6 +127,9 @@ class PRD:
     branch_name: str
     description: str
     stories: tuple[Story, ...]
+    dialect: str = "canonical"
+    dialect_notes: tuple[str, ...] = ()
+    stories_path: str = "$.userStories"
 
     def ordered_stories(self) -> list[Story]:
         """The stories in the order of work (see :attr:`Story.order_key`)."""

@@ -30,6 +30,7 @@ from .checkrun import CHILD_ENV
 from .checks import VERIFIER_KIND, VERIFIER_PASSED
 from .collect import (
     COLLECTED_PRDS,
+    DIALECTS,
     EMPTY_PRDS,
     PROP_CLAIMED,
     PROP_CRITERION,
@@ -331,6 +332,50 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> PRDFile | 
     return None
 
 
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    """After "collected N items" (also with ``--collect-only`` and ``-q``): one line per
+    collected PRD file that is not in the canonical shape, saying which dialect was applied
+    and what was renamed or synthesized."""
+    found = config.stash.get(DIALECTS, {})
+    if not found:
+        return []
+    from .report import shown_path
+
+    return [f"pytest-ralph: {shown_path(path, config.rootpath)}: {line}"
+            for path, line in found.items()]
+
+
+#: Under pytest-xdist, on the controller: the dialect lines the workers collected (shown in
+#: the summary, since the controller collects nothing and prints no collection lines).
+WORKER_DIALECTS = pytest.StashKey[dict[str, str]]()
+_WORKER_KEY = "pytest_ralph"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On a pytest-xdist worker: hand what collection found (dialects, empty PRDs) to the
+    controller."""
+    config = session.config
+    out = getattr(config, "workeroutput", None)
+    if out is not None:
+        empty: list[str] = config.stash.get(EMPTY_PRDS, [])
+        out[_WORKER_KEY] = {
+            "dialects": {str(p): line for p, line in config.stash.get(DIALECTS, {}).items()},
+            "empty": list(empty)}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """On the pytest-xdist controller: keep what a worker's collection found (every worker
+    collects the same files, so each note is kept once)."""
+    found = getattr(node, "workeroutput", {}).get(_WORKER_KEY)
+    if not found:
+        return
+    config = node.config
+    config.stash.setdefault(WORKER_DIALECTS, {}).update(found["dialects"])
+    notes = config.stash.setdefault(EMPTY_PRDS, [])
+    notes += [n for n in found["empty"] if n not in notes]
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
@@ -467,9 +512,16 @@ class GateSummary:
     def _write_table(self, tr: Any) -> None:
         """Print the per-story table and notes about empty PRDs."""
         notes = self.config.stash.get(EMPTY_PRDS, [])
-        if not self.stories and not notes:
+        dialects = self.config.stash.get(WORKER_DIALECTS, {})
+        if not self.stories and not notes and not dialects:
             return
         tr.write_sep("=", "pytest-ralph: acceptance criteria")
+        if dialects:  # pytest-xdist: not shown after "collected N items"
+            from .report import shown_path
+
+            for path, line in dialects.items():
+                tr.write_line(f"pytest-ralph: {shown_path(Path(path), self.config.rootpath)}: "
+                              f"{line}")
         for note in notes:
             tr.write_line(f"pytest-ralph: {note}")
         for story, c in self.stories.items():

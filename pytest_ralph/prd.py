@@ -9,9 +9,11 @@ This module does not import pytest: the loop controller and the Stop hook use it
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import functools
 import json
+import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -22,6 +24,15 @@ from typing import Any
 import jsonschema
 import yaml
 
+from .dialects import (
+    DialectError,
+    Normalized,
+    Origin,
+    describe,
+    json_path,
+    normalize,
+    source_path,
+)
 from .model import PRD, Criterion, Story
 
 #: Default size limit of a PRD file, in bytes (20 MiB).
@@ -36,9 +47,51 @@ PRD_FILE_NAMES = ("prd.json", "prd.jsonc", "prd.yaml", "prd.yml")
 #: Folders (relative to the rootdir) searched, in order, by PRD discovery.
 PRD_SEARCH_DIRS = (".", ".ralph", "scripts/ralph")
 
-_YAML_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-#: The YAML loader used for PRDs: PyYAML's C-accelerated safe loader when available.
+_SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _PRDLoader(_SAFE_LOADER):  # type: ignore[valid-type,misc]
+    """PyYAML's safe loader (C-accelerated when available) that reads JSON values only:
+    unquoted dates and times (``2024-05-01``) stay strings, and a mapping key written as
+    a plain value is the text as written (``on:`` is the key ``"on"``, not YAML 1.1's
+    ``true``; ``1:`` is ``"1"``)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """As PyYAML's, except that scalar keys are their text as written."""
+        self.flatten_mapping(node)  # merge keys (<<: *base), as the safe loader does
+        mapping: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                key: Any = key_node.value
+            else:
+                key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, collections.abc.Hashable):
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        "found a key that is a list or a mapping", key_node.start_mark)
+            mapping[key] = self.construct_object(value_node, deep=deep)
+        return mapping
+
+
+_PRDLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in _SAFE_LOADER.yaml_implicit_resolvers.items()
+}
+
+_YAML_LOADER: type[yaml.SafeLoader] = _PRDLoader
+#: The YAML loader used for PRDs: PyYAML's safe loader (the C one when available), which
+#: constructs no objects (``!!python/object`` tags are an error), with dates left as text.
 YAML_LOADER = _YAML_LOADER
+
+#: Deepest nesting of arrays and objects accepted in a PRD (a canonical PRD needs 5).
+MAX_DEPTH = 64
+
+#: YAML aliases may repeat values; more than this many values after expansion, and more
+#: than :data:`ALIAS_EXPANSION` times the values written, is refused ("billion laughs").
+MAX_EXPANDED_VALUES = 100_000
+
+#: See :data:`MAX_EXPANDED_VALUES`.
+ALIAS_EXPANSION = 10
 
 
 @dataclass(frozen=True)
@@ -114,19 +167,35 @@ def _validator() -> jsonschema.Draft202012Validator:
 
 
 def load_prd(path: Path | str, *, max_bytes: int = MAX_PRD_BYTES) -> PRD:
-    """Read, parse and validate a PRD file.
+    """Read, parse, normalize and validate a PRD file. The file is only read.
+
+    The steps, each of which stops at the problems it finds:
+
+    1. read: the size limit, UTF-16, NUL bytes, UTF-8 (a BOM is skipped), git
+       merge-conflict markers;
+    2. parse: JSON (``NaN``/``Infinity`` refused), JSONC (comments and trailing commas
+       allowed) or YAML (safe loader, no object tags, dates kept as text, keys as text);
+    3. shape: at most :data:`MAX_DEPTH` levels, YAML aliases that neither recurse nor
+       expand past :data:`MAX_EXPANDED_VALUES`, JSON types only, duplicate keys, unpaired
+       surrogates;
+    4. normalize the dialect (:func:`pytest_ralph.dialects.normalize`);
+    5. validate the normalized data against the schema, plus duplicate ids and check
+       objects; each problem is placed where it is in the file as written.
 
     Args:
         path: a ``.json``, ``.jsonc``, ``.yaml`` or ``.yml`` file.
         max_bytes: files larger than this many bytes are refused.
 
     Returns:
-        The PRD; ``stories`` may be empty (an empty ``userStories``), which callers
-        report as "no criteria".
+        The PRD in the canonical shape, with :attr:`PRD.dialect`,
+        :attr:`PRD.dialect_notes` and :attr:`PRD.stories_path` saying what normalizing
+        did; ``stories`` is empty for an empty story container, which callers report as
+        "no user stories".
 
     Raises:
-        PRDError: the file is missing, unreadable, too large, not UTF-8, not valid
-            JSON/YAML, or does not match the schema. Every problem found is listed.
+        PRDError: the file is missing or unreadable, or any step above found a problem.
+            Every problem of the failing step is listed, with its JSON path in the file
+            and, where known, line and column.
     """
     path = Path(path).absolute()
     fmt = PRD_FORMATS.get(path.suffix.lower())
@@ -137,8 +206,14 @@ def load_prd(path: Path | str, *, max_bytes: int = MAX_PRD_BYTES) -> PRD:
                      hint="use one of " + ", ".join(PRD_FORMATS))],
         )
     text = _read_text(path, max_bytes)
+    conflicts = _conflict_problems(text)
+    if conflicts:
+        raise PRDError(path, conflicts)
     data, duplicates = _parse(path, text, fmt)
     positions = _Positions(text, fmt)
+    shape = _shape_problems(data, positions, fmt)
+    if shape:
+        raise PRDError(path, shape)
     problems: list[Problem] = []
     if duplicates or fmt == "yaml":
         problems += [
@@ -151,14 +226,84 @@ def load_prd(path: Path | str, *, max_bytes: int = MAX_PRD_BYTES) -> PRD:
     text_problems = _unicode_problems(data, positions)
     if text_problems:  # the schema's messages would have to print that text: stop here
         problems += text_problems
-        problems.sort(key=lambda p: (p.line is None, p.line or 0, p.column or 0))
-        raise PRDError(path, problems)
-    problems += _schema_problems(data, positions)
-    problems += _duplicate_id_problems(data, positions)
+        raise PRDError(path, _sorted(problems))
+    try:
+        normalized = normalize(data)
+    except DialectError as exc:
+        problems += [Problem(jp, message, *positions.at(jp), hint=_dialect_hint(message))
+                     for jp, message in exc.problems]
+        raise PRDError(path, _sorted(problems)) from None
+    where = _Locator(positions, normalized.origins, data)
+    problems += _schema_problems(normalized.data, where)
+    problems += _duplicate_id_problems(normalized.data, where)
     if not problems:
-        return _build(path, fmt, data, positions)
-    problems.sort(key=lambda p: (p.line is None, p.line or 0, p.column or 0))
-    raise PRDError(path, problems)
+        return _build(path, fmt, normalized, where)
+    raise PRDError(path, _sorted(problems))
+
+
+def _sorted(problems: list[Problem]) -> list[Problem]:
+    """Problems in file order; those without a position last."""
+    return sorted(problems, key=lambda p: (p.line is None, p.line or 0, p.column or 0))
+
+
+def _dialect_hint(message: str) -> str:
+    if message.startswith("no stories found"):
+        return ('a PRD is {"userStories": [{"id": "US-1", "title": "...", '
+                '"acceptanceCriteria": ["..."]}]}')
+    if "found a string \"" in message and "P0..P9" in message:
+        return "use an integer such as 1, or high/medium/low"
+    if message.startswith("expected true or false; found a string"):
+        return "write true or false without quotes"
+    return ""
+
+
+class _Locator:
+    """Where a path of the normalized data is in the file: its JSON path as written (see
+    :func:`pytest_ralph.dialects.source_path`) and its (line, column)."""
+
+    def __init__(self, positions: _Positions, origins: tuple[Origin, ...], raw: Any) -> None:
+        self.positions = positions
+        self.origins = origins
+        self._raw = raw
+
+    def path(self, parts: Iterable[str | int]) -> str:
+        """The JSON path in the file of the normalized ``parts``."""
+        return json_path(source_path(tuple(parts), self.origins))
+
+    def at(self, parts: Iterable[str | int]) -> tuple[str, int | None, int | None]:
+        """(JSON path in the file, line, column) of the normalized ``parts``."""
+        jp = self.path(parts)
+        return (jp, *self.positions.at(jp))
+
+    def raw(self, parts: Iterable[str | int]) -> Any:
+        """The value in the file (before normalization) at the normalized ``parts``, or
+        ``None`` when there is none."""
+        value = self._raw
+        for part in source_path(tuple(parts), self.origins):
+            try:
+                value = value[part]
+            except (LookupError, TypeError):
+                return None
+        return value
+
+
+_CONFLICT_MARKER = re.compile(r"^(<{7}|={7}|>{7}|\|{7})(?: .*)?$", re.MULTILINE)
+
+
+def _conflict_problems(text: str) -> list[Problem]:
+    """Git merge-conflict markers (``<<<<<<<``, ``=======``, ``>>>>>>>`` at the start of a
+    line): one problem per ``<<<<<<<`` marker, or at the first marker when a conflict's
+    start was cut off. No problem unless a ``<<<<<<<`` or ``>>>>>>>`` marker is there."""
+    markers = [(m.start(), m.group(0)) for m in _CONFLICT_MARKER.finditer(text)]
+    if not any(mark.startswith(("<<<<<<<", ">>>>>>>")) for _, mark in markers):
+        return []
+    starts = [(pos, mark) for pos, mark in markers if mark.startswith("<<<<<<<")] or markers[:1]
+    return [Problem("$", f"unresolved git merge conflict (marker {mark.rstrip()[:40]!r}); "
+                    "expected a file without conflict markers",
+                    text.count("\n", 0, pos) + 1, 1,
+                    hint="keep one side of the conflict and delete the <<<<<<<, ======= and "
+                         ">>>>>>> lines")
+            for pos, mark in starts]
 
 
 def _read_text(path: Path, max_bytes: int) -> str:
@@ -175,12 +320,18 @@ def _read_text(path: Path, max_bytes: int) -> str:
         raise PRDError(path, [Problem("$", "expected a file, found a directory")]) from None
     except OSError as exc:
         raise PRDError(path, [Problem("$", f"cannot read the file: {exc.strerror}")]) from None
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or (
-            len(raw) >= 2 and (raw[0] == 0) != (raw[1] == 0)):
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or _looks_utf16(raw):
         raise PRDError(path, [Problem("$", "file is UTF-16; expected UTF-8",
                                       hint="save the file as UTF-8")])
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
+    nul = raw.find(b"\x00")
+    if nul >= 0:
+        line = raw.count(b"\n", 0, nul) + 1
+        column = len(raw[raw.rfind(b"\n", 0, nul) + 1:nul].decode("utf-8", "replace")) + 1
+        raise PRDError(path, [Problem(
+            "$", f"expected UTF-8 text; found a NUL byte at offset {nul}", line, column,
+            hint="is it a binary file? a PRD is a JSON or YAML text file")])
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -192,6 +343,17 @@ def _read_text(path: Path, max_bytes: int) -> str:
             line, column, hint="save the file as UTF-8")]) from None
 
 
+def _looks_utf16(raw: bytes) -> bool:
+    """UTF-16 text without a byte order mark: every other byte of the start is NUL and the
+    start decodes to printable text."""
+    head = raw[:256]
+    if len(head) < 2 or (head[0] == 0) == (head[1] == 0):
+        return False
+    codec = "utf-16-be" if head[0] == 0 else "utf-16-le"
+    text = head[: len(head) // 2 * 2].decode(codec, "replace")
+    return all(ch.isprintable() or ch in "\t\r\n" for ch in text[:-1])
+
+
 def _parse(path: Path, text: str, fmt: str) -> tuple[Any, list[str]]:
     """Parse ``text``; return the data and the keys repeated in an object (JSON only)."""
     if fmt == "yaml":
@@ -201,8 +363,17 @@ def _parse(path: Path, text: str, fmt: str) -> tuple[Any, list[str]]:
             mark = exc.problem_mark or exc.context_mark
             line = mark.line + 1 if mark else None
             column = mark.column + 1 if mark else None
-            raise PRDError(path, [Problem(
-                "$", f"invalid YAML: {exc.problem or exc.context}", line, column)]) from None
+            what = str(exc.problem or exc.context)
+            hint = ""
+            tag = re.search(r"constructor for the tag '([^']*)'", what)
+            if tag:
+                what = (f"the tag {_short_tag(tag.group(1))} would construct an object; expected "
+                        "plain values (text, numbers, true/false, null, lists, mappings)")
+                hint = "remove the tag"
+            elif "end of stream" in what:
+                hint = "the file ends too early: is it truncated?"
+            raise PRDError(path, [Problem("$", f"invalid YAML: {what}", line, column,
+                                          hint)]) from None
         except yaml.YAMLError as exc:
             raise PRDError(path, [Problem("$", f"invalid YAML: {exc}")]) from None
         except ValueError as exc:  # e.g. an integer of 5000 digits
@@ -221,7 +392,15 @@ def _parse(path: Path, text: str, fmt: str) -> tuple[Any, list[str]]:
 
     source = strip_jsonc(text) if fmt == "jsonc" else text
     try:
-        return json.loads(source, object_pairs_hook=pairs_hook), duplicates
+        return json.loads(source, object_pairs_hook=pairs_hook,
+                          parse_constant=_no_constant), duplicates
+    except _NotJSON as exc:
+        m = re.search(r"(?<![\w.\"])" + re.escape(exc.word) + r"(?![\w.])", source)
+        line = source.count("\n", 0, m.start()) + 1 if m else None
+        column = m.start() - source.rfind("\n", 0, m.start()) if m else None
+        raise PRDError(path, [Problem("$", f"invalid JSON: {exc.word} is not a JSON number; "
+                                      "expected a finite number", line, column,
+                                      hint="write a number, or quote it as text")]) from None
     except json.JSONDecodeError as exc:
         hint = ""
         before = source[: exc.pos].rstrip()
@@ -229,7 +408,8 @@ def _parse(path: Path, text: str, fmt: str) -> tuple[Any, list[str]]:
             hint = "comments are not allowed in .json: remove them, or rename the file to .jsonc"
         elif not source.strip():
             hint = "the file is empty; expected an object with a 'userStories' array"
-        elif not source[exc.pos:].strip():
+        elif not source[exc.pos:].strip() or (exc.msg.startswith("Unterminated string")
+                                               and '"' not in source[exc.pos + 1:]):
             hint = "the file ends too early: is it truncated?"
         elif before.endswith(",") and source[exc.pos] in "]}":
             hint = ("a trailing comma is not allowed in JSON: remove it"
@@ -240,6 +420,123 @@ def _parse(path: Path, text: str, fmt: str) -> tuple[Any, list[str]]:
         raise PRDError(path, [Problem("$", f"invalid JSON: {_value_error(exc)}")]) from None
     except RecursionError:
         raise PRDError(path, [Problem("$", "invalid JSON: nested too deeply")]) from None
+
+
+def _number(value: object) -> str:
+    """A number as found in the file, shortened when it has many digits."""
+    text = json.dumps(value) if isinstance(value, str) else repr(value)
+    return text if len(text) <= 24 else text[:10] + f"...({len(text)} characters)"
+
+
+def _short_tag(tag: str) -> str:
+    """``tag:yaml.org,2002:python/object:os.system`` -> ``!!python/object:os.system``."""
+    prefix = "tag:yaml.org,2002:"
+    return "!!" + tag[len(prefix):] if tag.startswith(prefix) else tag
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def _shape_problems(data: Any, positions: _Positions, fmt: str) -> list[Problem]:
+    """What makes parsed data not a JSON value of a sane size: nesting deeper than
+    :data:`MAX_DEPTH`, YAML aliases that refer to themselves or expand past
+    :data:`MAX_EXPANDED_VALUES`, and YAML values JSON has no type for (binary, sets,
+    non-text keys, ``.nan``, ``.inf``). At most 20 problems; the walk never recurses.
+    """
+    problems: list[Problem] = []
+    #: id of a container -> (values it holds once expanded, its depth)
+    done: dict[int, tuple[int, int]] = {}
+    written = 0  # values as written (a shared list or mapping once)
+    # (value, parts, children pushed?) in post order
+    stack: list[tuple[Any, tuple[str | int, ...], bool]] = [(data, (), False)]
+    active: set[int] = set()
+    while stack and len(problems) < 20:
+        value, parts, expanded = stack.pop()
+        if not isinstance(value, (dict, list)):
+            written += 1
+            if not isinstance(value, _JSON_SCALARS):
+                problems.append(_at(positions, parts, f"expected a JSON value (text, number, "
+                                    f"true/false, null, list, mapping); found YAML "
+                                    f"{_yaml_type(value)}", "quote it as text"))
+            elif isinstance(value, float) and not math.isfinite(value):
+                problems.append(_at(positions, parts, f"expected a finite number; found "
+                                    f"{value}", "write a number, or quote it as text"))
+            continue
+        key = id(value)
+        if expanded:
+            children = value.values() if isinstance(value, dict) else value
+            size, depth = 1, 1
+            for child in children:
+                if isinstance(child, (dict, list)):
+                    csize, cdepth = done.get(id(child), (1, 1))
+                    size, depth = size + csize, max(depth, cdepth + 1)
+                else:
+                    size += 1
+            done[key] = (size, depth)
+            active.discard(key)
+            continue
+        if key in active:
+            problems.append(_at(positions, parts, "expected values that end; found a YAML "
+                                "alias inside the value it refers to (it repeats forever)",
+                                "replace the alias (*name) with the value it stands for"))
+            continue
+        if key in done:
+            continue
+        written += 1
+        if len(parts) >= MAX_DEPTH:
+            shown = json_path(parts)
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            problems.append(Problem(shown, f"expected at most {MAX_DEPTH} levels of nested "
+                                    "lists and mappings; found more", *positions.at("$")))
+            return problems
+        active.add(key)
+        stack.append((value, parts, True))
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if not isinstance(k, str):
+                    problems.append(_at(positions, parts, f"expected text keys; found the key "
+                                        f"{json.dumps(k, default=str)} ({_yaml_type(k)})",
+                                        "quote the key (YAML reads on/off/yes/no as true/false)"))
+                    continue
+                stack.append((v, (*parts, k), False))
+        else:
+            stack.extend((v, (*parts, i), False) for i, v in enumerate(value))
+    if problems or fmt != "yaml" or not isinstance(data, (dict, list)):
+        return problems
+    total = done[id(data)][0]
+    if total > MAX_EXPANDED_VALUES and total > ALIAS_EXPANSION * written:
+        problems.append(Problem("$", f"YAML aliases expand {written} written values to "
+                                f"{total} values; expected at most "
+                                f"{MAX_EXPANDED_VALUES} (is it an alias bomb?)",
+                                hint="write the values out instead of repeating aliases"))
+    return problems
+
+
+def _at(positions: _Positions, parts: tuple[str | int, ...], message: str,
+        hint: str = "") -> Problem:
+    jp = json_path(parts)
+    return Problem(jp, message, *positions.at(jp), hint=hint)
+
+
+def _yaml_type(value: object) -> str:
+    names = {bytes: "binary (!!binary)", set: "a set (!!set)", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+    for kind, name in names.items():
+        if isinstance(value, kind):
+            return name
+    return f"{type(value).__name__} (a tagged value)"
+
+
+class _NotJSON(ValueError):
+    """``NaN``, ``Infinity`` or ``-Infinity``: Python's json accepts them, JSON does not."""
+
+    def __init__(self, word: str) -> None:
+        super().__init__(word)
+        self.word = word
+
+
+def _no_constant(word: str) -> Any:
+    raise _NotJSON(word)
 
 
 def _value_error(exc: ValueError) -> str:
@@ -423,40 +720,13 @@ class _Positions:
 Positions = _Positions
 
 
-def json_path(parts: Iterable[str | int]) -> str:
-    """Format path parts (keys and indices) as a JSON path: ``$.userStories[0].id``."""
-    out = "$"
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif re.fullmatch(r"[A-Za-z_]\w*", part):
-            out += f".{part}"
-        else:
-            out += f"[{json.dumps(part)}]"
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
 # Validation
 
 
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"boolean {json.dumps(value)}"
-    if isinstance(value, (int, float)):
-        return f"number {value!r}"
-    if isinstance(value, str):
-        shown = value if len(value) <= 60 else value[:57] + "..."
-        return f"string {json.dumps(shown, ensure_ascii=False)}"
-    if isinstance(value, list):
-        return f"an array of {len(value)} item{'s' if len(value) != 1 else ''}"
-    if isinstance(value, dict):
-        keys = ", ".join(repr(k) for k in list(value)[:8])
-        return f"an object with keys {keys}" if value else "an empty object"
-    return type(value).__name__
-
+_describe = describe
 
 _TYPE_NAMES = {"object": "an object", "array": "an array", "string": "a string",
                "integer": "an integer", "number": "a number", "boolean": "true or false",
@@ -471,23 +741,19 @@ CHECK_KEYS: dict[str, tuple[str, int]] = {
 _CHECK_KEYS = tuple(CHECK_KEYS)
 
 
-def _schema_problems(data: Any, positions: _Positions) -> list[Problem]:
-    if not isinstance(data, dict):
-        line, col = positions.at("$")
-        return [Problem("$", f"expected an object with a 'userStories' array; found "
-                        f"{_describe(data)}", line, col)]
+def _schema_problems(data: dict[str, Any], where: _Locator) -> list[Problem]:
+    """Schema problems of the normalized ``data``, each placed where it is in the file."""
     problems: list[Problem] = []
     for err in _validator().iter_errors(data):
         if err.validator == "anyOf" and "acceptanceCriteria" in err.absolute_path:
-            problems += _criterion_problems(err, positions)
+            problems += _criterion_problems(err, where)
         else:
-            problems.append(_problem(err, positions))
+            problems.append(_problem(err, where))
     return problems
 
 
-def _problem(err: jsonschema.ValidationError, positions: _Positions) -> Problem:
-    jp = json_path(err.absolute_path)
-    line, col = positions.at(jp)
+def _problem(err: jsonschema.ValidationError, where: _Locator) -> Problem:
+    jp, line, col = where.at(err.absolute_path)
     inst = err.instance
     kind = err.validator
     value: Any = err.validator_value
@@ -498,6 +764,8 @@ def _problem(err: jsonschema.ValidationError, positions: _Positions) -> Problem:
         msg = f"expected {expected}; found {_describe(inst)}"
         if names == ["boolean"] and isinstance(inst, str) and inst.lower() in ("true", "false"):
             hint = f"write {inst.lower()} without quotes"
+        elif list(err.absolute_path)[-1:] == ["priority"]:
+            hint = "use an integer >= 0, a number, high/medium/low or P0..P9"
     elif kind == "required":
         m = re.match(r"^'(.*)' is a required property$", err.message)
         msg = f"missing required key {m.group(1)!r}" if m else err.message
@@ -512,7 +780,7 @@ def _problem(err: jsonschema.ValidationError, positions: _Positions) -> Problem:
         msg = f"expected a non-empty string; found {_describe(inst)}"
     elif kind in ("minimum", "maximum", "exclusiveMinimum"):
         bound = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">"}[str(kind)]
-        msg = f"expected a number {bound} {value}; found {inst!r}"
+        msg = f"expected a number {bound} {value}; found {_number(where.raw(err.absolute_path))}"
     elif kind == "anyOf" and list(err.absolute_path)[-1:] == ["pytest"]:
         msg = ("expected a node id or path (a non-empty string), or a non-empty list of them; "
                f"found {_describe(inst)}")
@@ -525,9 +793,8 @@ def _problem(err: jsonschema.ValidationError, positions: _Positions) -> Problem:
     return Problem(jp, msg, line, col, hint)
 
 
-def _criterion_problems(err: jsonschema.ValidationError, positions: _Positions) -> list[Problem]:
-    jp = json_path(err.absolute_path)
-    line, col = positions.at(jp)
+def _criterion_problems(err: jsonschema.ValidationError, where: _Locator) -> list[Problem]:
+    jp, line, col = where.at(err.absolute_path)
     inst = err.instance
     known = ", ".join(repr(k) for k in _CHECK_KEYS)
     present = [k for k in _CHECK_KEYS if isinstance(inst, dict) and k in inst]
@@ -537,7 +804,7 @@ def _criterion_problems(err: jsonschema.ValidationError, positions: _Positions) 
         branch = CHECK_KEYS[present[0]][1]
         sub = [e for e in err.context or [] if e.relative_schema_path[0] == branch]
         if sub:
-            return [_problem(e, positions) for e in sub]
+            return [_problem(e, where) for e in sub]
     if isinstance(inst, dict):
         msg = (f"expected a criterion: a string, or an object with one check key ({known}); "
                f"found {_describe(inst)}")
@@ -549,61 +816,65 @@ def _criterion_problems(err: jsonschema.ValidationError, positions: _Positions) 
     return [Problem(jp, msg, line, col, hint)]
 
 
-def _check_field_problems(c: dict[str, Any], cp: str, positions: _Positions) -> list[Problem]:
+def _check_field_problems(c: dict[str, Any], parts: tuple[str | int, ...],
+                          where: _Locator) -> list[Problem]:
     """Problems the schema cannot see in one check object: several check kinds at once
     (``run`` and ``testCommand`` are one kind), a ``contains`` that is not a regex."""
     problems = []
+    cp, line, col = where.at(parts)
     kinds = sorted({CHECK_KEYS[k][0] for k in c if k in CHECK_KEYS})
     if len(kinds) > 1:
         keys = ", ".join(repr(k) for k in c if k in CHECK_KEYS)
         problems.append(Problem(cp, f"a criterion has several check kinds ({keys}); expected "
-                                "exactly one", *positions.at(cp),
+                                "exactly one", line, col,
                                 hint="split it into one criterion per check"))
     pattern = c.get("contains")
     if "file" in c and isinstance(pattern, str):
         try:
             re.compile(pattern, re.MULTILINE)
         except re.error as exc:
-            problems.append(Problem(f"{cp}.contains", f"expected a regular expression; found "
+            problems.append(Problem(*where.at((*parts, "contains"))[:1],
+                                    f"expected a regular expression; found "
                                     f"{json.dumps(pattern)}, which does not compile: {exc}",
-                                    *positions.at(f"{cp}.contains"),
+                                    *where.at((*parts, "contains"))[1:],
                                     hint="escape special characters with a backslash"))
     return problems
 
 
-def _duplicate_id_problems(data: Any, positions: _Positions) -> list[Problem]:
-    """Duplicate story ids, and duplicate criterion ids within a story, from the raw data
-    (so that they are reported together with schema problems)."""
+def _duplicate_id_problems(data: dict[str, Any], where: _Locator) -> list[Problem]:
+    """Duplicate story ids, duplicate criterion ids within a story, and check objects the
+    schema cannot judge, in the normalized ``data`` (reported with the schema problems)."""
     problems: list[Problem] = []
-    stories = data.get("userStories") if isinstance(data, dict) else None
-    if not isinstance(stories, list):
-        return problems
     first_story: dict[str, str] = {}
-    for pos, story in enumerate(stories):
-        if not isinstance(story, dict) or not isinstance(story.get("id"), str):
-            continue
+    for pos, story in enumerate(data["userStories"]):
         sid: str = story["id"]
-        sp = f"$.userStories[{pos}]"
+        sp: tuple[str | int, ...] = ("userStories", pos)
+        made = " (made from its position: the story has no id)"
         if sid in first_story:
+            jp, line, col = where.at((*sp, "id"))
             problems.append(Problem(
-                sp + ".id", f"duplicate story id {sid!r} (first used at {first_story[sid]})",
-                *positions.at(sp + ".id"), hint="give every story its own id"))
+                jp, f"duplicate story id {sid!r}{made if where.origins[pos].id_synthesized else ''}"
+                f" (first used at {first_story[sid]})", line, col,
+                hint="give every story its own id"))
         else:
-            first_story[sid] = sp
+            first_story[sid] = where.path(sp) + (
+                ", made from its position: that story has no id"
+                if where.origins[pos].id_synthesized else "")
         criteria = story.get("acceptanceCriteria")
         if not isinstance(criteria, list):
             continue
         seen: dict[str, str] = {}
         for i, c in enumerate(criteria):
+            cparts = (*sp, "acceptanceCriteria", i)
             if isinstance(c, dict):
-                problems += _check_field_problems(c, f"{sp}.acceptanceCriteria[{i}]", positions)
+                problems += _check_field_problems(c, cparts, where)
             explicit = c.get("id") if isinstance(c, dict) else None
             cid = explicit if isinstance(explicit, str) and explicit else f"AC{i + 1}"
-            cp = f"{sp}.acceptanceCriteria[{i}]"
+            cp, line, col = where.at(cparts)
             if cid in seen:
                 problems.append(Problem(
                     cp, f"duplicate criterion id {cid!r} in story {sid!r} (also {seen[cid]})",
-                    *positions.at(cp), hint="give the criterion its own 'id'"))
+                    line, col, hint="give the criterion its own 'id'"))
             seen.setdefault(cid, cp)
     return problems
 
@@ -612,15 +883,18 @@ def _duplicate_id_problems(data: Any, positions: _Positions) -> list[Problem]:
 # Building the model
 
 
-def _build(path: Path, fmt: str, data: dict[str, Any], positions: _Positions) -> PRD:
-    stories = tuple(_build_stories(data.get("userStories", []), positions))
+def _build(path: Path, fmt: str, normalized: Normalized, where: _Locator) -> PRD:
+    data = normalized.data
     return PRD(
         path=path,
         format=fmt,
-        project=str(data.get("project") or ""),
-        branch_name=str(data.get("branchName") or ""),
-        description=str(data.get("description") or ""),
-        stories=stories,
+        project=data["project"],
+        branch_name=data["branchName"],
+        description=data["description"],
+        stories=tuple(_build_stories(data["userStories"], where)),
+        dialect=normalized.dialect,
+        dialect_notes=normalized.notes,
+        stories_path=normalized.stories_path,
     )
 
 
@@ -642,16 +916,17 @@ def _default_text(kind: str, c: dict[str, Any]) -> str:
     return f"{c['file']} contains /{c['contains']}/" if "contains" in c else f"{c['file']} exists"
 
 
-def _build_stories(raw: list[dict[str, Any]], positions: _Positions) -> Iterator[Story]:
+def _build_stories(raw: list[dict[str, Any]], where: _Locator) -> Iterator[Story]:
     for pos, s in enumerate(raw):
-        sp = f"$.userStories[{pos}]"
+        sp: tuple[str | int, ...] = ("userStories", pos)
         sid = s["id"]
+        from_title = not where.origins[pos].criteria_key
         criteria: list[Criterion] = []
-        for i, c in enumerate(s.get("acceptanceCriteria") or [], start=1):
-            cp = f"{sp}.acceptanceCriteria[{i - 1}]"
-            line = positions.at(cp)[0]
+        for i, c in enumerate(s["acceptanceCriteria"], start=1):
+            cp, line, _ = where.at((*sp, "acceptanceCriteria", i - 1))
             if isinstance(c, str):
-                criteria.append(Criterion(sid, i, f"AC{i}", c, "text", json_path=cp, line=line))
+                criteria.append(Criterion(sid, i, f"AC{i}", c, "text", json_path=cp, line=line,
+                                          synthesized=from_title))
                 continue
             key = next(k for k in _CHECK_KEYS if k in c)
             kind = CHECK_KEYS[key][0]
@@ -662,20 +937,19 @@ def _build_stories(raw: list[dict[str, Any]], positions: _Positions) -> Iterator
                 command=command, timeout=float(timeout) if timeout is not None else None,
                 cwd=c.get("cwd"), json_path=cp, line=line,
                 spec={k: v for k, v in c.items() if k not in ("id", "text")}))
-        if not criteria:
-            criteria.append(Criterion(sid, 1, "AC1", s["title"], "text", json_path=f"{sp}.title",
-                                      line=positions.at(f"{sp}.title")[0], synthesized=True))
+        jp, line, _ = where.at(sp)
         yield Story(
             id=sid,
             title=s["title"],
-            description=s.get("description") or "",
+            description=s["description"],
             criteria=tuple(criteria),
             priority=s.get("priority"),
-            passes=s.get("passes") is True,
-            notes=s.get("notes") or "",
+            passes=s["passes"],
+            notes=s["notes"],
             position=pos,
-            json_path=sp,
-            line=positions.at(sp)[0],
+            json_path=jp,
+            line=line,
+            done_key=where.origins[pos].done_key,
         )
 
 

@@ -22,6 +22,7 @@ from .results import CheckResults, atomic_write_text
 
 if TYPE_CHECKING:
     from .loop import RunRecord
+    from .model import PRD
 
 _EXIT_MEANING = {0: "complete", 1: "stopped at a limit", 2: "interrupted", 3: "internal error",
                  6: "circuit breaker tripped, or every remaining story blocked",
@@ -45,6 +46,46 @@ def why(message: str, limit: int = 200) -> str:
     pick = next((ln for ln in lines if ln.startswith("E ")), None) or next(
         (ln for ln in lines if not ln.endswith(":")), lines[0] if lines else "")
     return pick[:limit]
+
+
+def shown_path(path: Path, root: Path) -> str:
+    """``path`` relative to ``root`` when it is inside it (``prd.json``, ``.ralph/prd.json``),
+    else as it is."""
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except (ValueError, OSError):
+        return str(path)
+
+
+def dialect_line(prd: PRD) -> str | None:
+    """What the loader did to a PRD that is not in the canonical shape, on one line:
+    ``dialect tasks+steps+status (stories under $.tasks; ids synthesized from position:
+    S1..S3; ...)``; ``None`` for a canonical PRD."""
+    if prd.dialect == "canonical":
+        return None
+    notes = dialect_notes(prd)
+    return f"dialect {prd.dialect}" + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def dialect_notes(prd: PRD) -> list[str]:
+    """The loader's notes on ``prd`` (what it renamed or synthesized), without the "no
+    stories" note of an empty PRD, which :func:`no_stories_message` says better."""
+    return [n for n in prd.dialect_notes
+            if prd.stories or not n.startswith("no stories")]
+
+
+def no_stories_message(prd: PRD) -> str:
+    """Why a PRD with no stories has nothing to check, naming where the stories were looked
+    for: ``no user stories: $.tasks is empty; expected at least one story with acceptance
+    criteria``."""
+    where = prd.stories_path
+    if where == "$":
+        what = "the top-level array is empty"
+    elif where.endswith("[].stories"):
+        what = f"no phase under {where.removesuffix('[].stories')} has any story"
+    else:
+        what = f"{where} is empty"
+    return f"no user stories: {what}; expected at least one story with acceptance criteria"
 
 
 def story_report(run: RunRecord, story_id: str) -> dict[str, object]:
@@ -102,6 +143,7 @@ def render_report(run: RunRecord) -> str:
             if run.exit_code is not None else ""),
         f"- Stop reason: {run.reason}",
         f"- PRD: `{run.prd.path}` ({run.prd.format})",
+        *_dialect_lines(run.prd),
         f"- Agent: `{shlex.join(run.argv)}`",
         f"- Iterations: {n_iter} of at most {s.max_iterations}; breaker after {s.breaker} "
         f"identical failures",
@@ -221,6 +263,16 @@ def render_report(run: RunRecord) -> str:
     if (run.status in ("breaker", "agent-error") or run.blocked) and run.iterations:
         out += _escalation(run)
     return "\n".join(out)
+
+
+def _dialect_lines(prd: PRD) -> list[str]:
+    """The header lines that say which dialect the loader applied to ``prd`` and what it
+    renamed or synthesized; none for a canonical PRD."""
+    if prd.dialect == "canonical":
+        return []
+    notes = dialect_notes(prd)
+    return [f"- PRD dialect: `{prd.dialect}`, normalized on load to the canonical shape"
+            + (":" if notes else ""), *[f"  - {clean(n)}" for n in notes]]
 
 
 def _guard_line(run: RunRecord) -> list[str]:

@@ -2,18 +2,32 @@
 and keep one line of its ``notes`` saying so.
 
 A story passes when all of its criteria passed; a story whose criteria are all
-claimed therefore keeps its own claim. The file is edited, never re-serialized: the
-``true``/``false`` word of a changed story is replaced, and a JSON or JSONC story
-without ``passes`` gets ``, "passes": true`` inserted after its id. Formatting,
-comments, escapes and line endings survive. A YAML story without ``passes`` gets its
-verdict in a sidecar file; sidecars are informational and never feed the claimed rule.
+claimed therefore keeps its own claim. The file is edited, never re-serialized: every
+byte that is not part of an edit (comments, key order, escapes, non-ASCII text, a BOM,
+CRLF line endings, a missing final newline) stays as it was. Sidecar files are
+informational and never feed the claimed rule.
 
-The loop owns exactly one line of a story's ``notes``: the one starting with
-:data:`NOTE_PREFIX` (see :func:`story_notes`). In JSON and JSONC, writing a note replaces
-that line of the ``notes`` string, or appends it on a new line, and leaves every other
-character of the string literal (escapes included) as it was; a story without ``notes``
-gets ``, "notes": "<note>"`` inserted after its ``passes``. YAML notes, and ``notes`` that
-are not a string, are never edited: the note goes to the sidecar instead.
+Every PRD dialect is written (see :mod:`pytest_ralph.dialects`). The file is parsed and
+normalized; a verdict or note is matched against the *normalized* story ids (``S3`` for
+a story without an id, ``"1"`` for ``"id": 1``), and each story's fields are found in the
+file through its :class:`~pytest_ralph.dialects.Origin` (``tasks[2]``,
+``phases[1].stories[0]``, ``[3]`` of a top-level array...). The rules, per story:
+
+- ``passes``: a story with a boolean ``passes`` gets that ``true``/``false`` word replaced
+  (JSON, JSONC and YAML). A story whose done-ness comes from ``status`` keeps its
+  ``status`` untouched and gets no ``passes`` (it would shadow the status): its verdict
+  goes to the sidecar. A JSON or JSONC story with neither gets ``, "passes": X`` inserted
+  right after its id literal (a string or an integer); one without an id (synthesized),
+  and a YAML one, gets its verdict in the sidecar. Any other ``passes`` (``null``, a
+  number, a repeated key) is left alone: sidecar.
+- ``notes``: the loop owns exactly one line of a story's ``notes``: the one starting with
+  :data:`NOTE_PREFIX` (see :func:`story_notes`). In JSON and JSONC, writing a note replaces
+  that line of the ``notes`` string, or appends it on a new line, and leaves every other
+  character of the string literal (escapes included) as it was; a story without ``notes``
+  gets ``, "notes": "<note>"`` inserted after its ``passes`` word (or, without one, after
+  its id literal; without either: sidecar). YAML notes, and ``notes`` that are not a string
+  (``null``, a number, the list of strings of some dialects...), are never edited: the
+  note goes to the sidecar instead.
 
 This module does not import pytest.
 """
@@ -23,11 +37,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .dialects import DialectError, Origin, json_path, normalize
 from .model import PRD
 from .prd import PRD_FORMATS, YAML_LOADER, Positions, strip_jsonc
 from .results import CheckResults, CriterionResult, atomic_write_text
@@ -119,9 +135,19 @@ def write_back(prd_path: Path, verdicts: Mapping[str, bool], sidecar: Path, *,
                notes: Mapping[str, str] | None = None) -> list[str]:
     """Set ``passes`` of the stories in ``verdicts`` and the loop's line of their ``notes``.
 
-    Only the ``passes`` literal of a changed story is replaced, or for a JSON/JSONC story
-    without one, ``, "passes": X`` is inserted after its id: the rest of the file stays byte
-    for byte. A YAML story without ``passes`` gets its verdict in the sidecar instead.
+    Works on every PRD dialect. The file is parsed and normalized
+    (:func:`pytest_ralph.dialects.normalize`); ``verdicts`` and ``notes`` are keyed by the
+    normalized story ids (``"S3"`` for the third story, which has no id; ``"1"`` for
+    ``"id": 1``), and each story's fields are found in the file through its origin. Per
+    story:
+
+    - a boolean ``passes``: its ``true``/``false`` word is replaced (JSON, JSONC, YAML);
+    - done-ness from ``status``: ``status`` is not touched and no ``passes`` is added (it
+      would shadow the status); the verdict goes to the sidecar;
+    - neither ``passes`` nor ``status``, in JSON/JSONC, with an id written in the file (a
+      string or an integer literal): ``, "passes": X`` is inserted right after the id;
+      without an id (synthesized), in YAML, or with any other ``passes`` (``null``, a
+      number, a repeated key): the sidecar.
 
     A note (see :func:`story_notes`) is the one line of ``notes`` that starts with
     :data:`NOTE_PREFIX` (the first one, if a human copied it; later ones are kept as
@@ -129,26 +155,31 @@ def write_back(prd_path: Path, verdicts: Mapping[str, bool], sidecar: Path, *,
     the note is appended on a new line (``\\n``, or ``\\r\\n`` when the string uses those), or
     is the whole value of an empty string; every other character of the literal is kept as
     written. A story without ``notes`` gets ``, "notes": "<note>"`` inserted after its
-    ``passes`` (or its id). YAML stories and ``notes`` that are not a string (``null``, a
-    number, a list...) are not edited: their note goes to the sidecar. All edits of the PRD
-    are made in one atomic write (temporary file + rename).
+    ``passes`` word (or after its id literal; with neither, the sidecar). YAML stories and
+    ``notes`` that are not a string (``null``, a number, a list of strings...) are not
+    edited: their note goes to the sidecar. Every other byte of the file stays as it was
+    (comments, key order, escapes, BOM, CRLF, a missing final newline); all edits of the
+    PRD are made in one atomic write (temporary file + rename).
+
+    Stories whose id is not a string or an integer in the file (a value the schema
+    reports) are not matched.
 
     Args:
         prd_path: the PRD file.
-        verdicts: story id -> passes.
+        verdicts: normalized story id -> passes.
         sidecar: JSON file for what cannot be written into the PRD:
             ``{"prd": path, "passes": {story id: bool}, "notes": {story id: str}}``
-            (``"notes"`` only when there is one; a sidecar without it is read as none). The
-            sidecar keeps the entries of stories not written this time; one written for
-            another PRD is replaced.
-        notes: story id -> note. A note is made one line (line breaks become spaces) and
-            gets :data:`NOTE_PREFIX` in front when it does not start with it.
+            (normalized ids; ``"notes"`` only when there is one; a sidecar without it is
+            read as none). The sidecar keeps the entries of stories not written this time;
+            one written for another PRD is replaced.
+        notes: normalized story id -> note. A note is made one line (line breaks become
+            spaces) and gets :data:`NOTE_PREFIX` in front when it does not start with it.
 
     Returns:
         The ids of the stories whose ``passes`` or note changed (in the file or the
         sidecar), each once, in file order; a story whose only change is its note is
         listed. Nothing is written when nothing changes (the file keeps its mtime), or when
-        the file cannot be read or parsed, or is not a canonical PRD any more (the check
+        the file cannot be read or parsed, or its shape is no known dialect (the check
         phase reports that as a failure).
 
     Raises:
@@ -160,84 +191,186 @@ def write_back(prd_path: Path, verdicts: Mapping[str, bool], sidecar: Path, *,
         raw = prd_path.read_bytes()
         bom = raw.startswith(b"\xef\xbb\xbf")
         text = raw[3:].decode("utf-8") if bom else raw.decode("utf-8")
-        data = _load(text, fmt)
+        stories = _stories(_load(text, fmt))
     except (OSError, ValueError, yaml.YAMLError, RecursionError):
         return []
-    stories = data.get("userStories") if isinstance(data, dict) else None
-    if not isinstance(stories, list):
+    if stories is None:
         return []
-    json_like = fmt in ("json", "jsonc")
-    positions = Positions(text, fmt or "json")
-    line_starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
-    # (start, end, replacement, sequence): at one position, a later edit ends up after
-    edits: list[tuple[int, int, str, int]] = []
-    changed: set[str] = set()
-    side_passes: dict[str, bool] = {}
-    side_notes: dict[str, str] = {}
+    plan = _Plan(text, fmt or "json", json_like=fmt in ("json", "jsonc"))
     order: list[str] = []
-    for i, story in enumerate(stories):
-        sid = story.get("id") if isinstance(story, dict) else None
-        if not isinstance(sid, str) or (sid not in verdicts and sid not in notes):
-            continue
-        order.append(sid)
-        sp = f"$.userStories[{i}]"
-        span = _literal_span(text, line_starts, positions.at(f"{sp}.passes"))
-        if not isinstance(story.get("passes"), bool):
-            span = None
-        after_id = (_string_end(text, line_starts, positions.at(f"{sp}.id"))
-                    if json_like else None)
-        if sid in verdicts:
-            want = verdicts[sid]
-            word = "true" if want else "false"
-            if span is not None:
-                if story["passes"] is not want:
-                    edits.append((*span, word, len(edits)))
-                    changed.add(sid)
-            elif story.get("passes") is not want:
-                if "passes" not in story and after_id is not None:
-                    # insert `, "passes": X` right after the id
-                    edits.append((after_id, after_id, f', "passes": {word}', len(edits)))
-                    changed.add(sid)
-                else:
-                    side_passes[sid] = want
-        if sid in notes:
-            anchor = span[1] if span is not None else after_id
-            place = (_note_edit(text, line_starts, positions, sp, story, notes[sid], anchor)
-                     if json_like else None)
-            if place is None:
-                side_notes[sid] = notes[sid]
-            elif text[place[0]:place[1]] != place[2]:
-                edits.append((*place, len(edits)))
-                changed.add(sid)
-    out = text
-    for start, end, word, _ in sorted(edits, key=lambda e: (e[0], e[1], e[3]), reverse=True):
-        out = out[:start] + word + out[end:]
-    if side_passes or side_notes:
-        changed.update(_write_sidecar(prd_path, side_passes, side_notes, sidecar))
+    for story in stories:
+        if story.sid in verdicts or story.sid in notes:
+            order.append(story.sid)
+            _plan_story(plan, story, verdicts.get(story.sid), notes.get(story.sid))
+    out = plan.apply()
+    if plan.side_passes or plan.side_notes:
+        plan.changed.update(_write_sidecar(prd_path, plan.side_passes, plan.side_notes, sidecar))
     if out != text:
         atomic_write_text(prd_path, ("\ufeff" if bom else "") + out)
-    return [sid for sid in dict.fromkeys(order) if sid in changed]
+    return [sid for sid in dict.fromkeys(order) if sid in plan.changed]
 
 
-def _note_edit(text: str, line_starts: list[int], positions: Positions, sp: str,
-               story: dict[str, Any], note: str,
-               anchor: int | None) -> tuple[int, int, str] | None:
-    """The edit (start, end, replacement) of JSON/JSONC ``text`` that makes ``note`` the
-    loop's line of the ``notes`` of the story at JSON path ``sp``; a no-op edit when it
-    already is. ``None`` when the note cannot go into the file: ``notes`` is not a string,
-    its literal cannot be found (or its key is repeated), or there is no ``notes`` and no
-    ``anchor`` (the index after ``"passes": X`` or the id) to insert it at.
+@dataclass(frozen=True)
+class _Story:
+    """One story of the PRD file, as write-back sees it.
+
+    Attributes:
+        sid: its normalized id (what ``verdicts`` and ``notes`` are keyed by).
+        raw: the story object as parsed from the file (not normalized).
+        sp: the JSON path of ``raw`` in the file (``$.phases[1].stories[0]``).
+        done_key: :attr:`~pytest_ralph.dialects.Origin.done_key`.
+        id_synthesized: the file gives the story no id.
     """
-    if "notes" not in story:
+
+    sid: str
+    raw: dict[str, Any]
+    sp: str
+    done_key: str
+    id_synthesized: bool
+
+
+def _stories(data: Any) -> list[_Story] | None:
+    """The stories of parsed PRD ``data`` that have a string id (after normalization), in
+    file order; ``None`` when ``data`` is of a shape that no dialect describes."""
+    try:
+        normalized = normalize(data)
+    except DialectError:
+        return None
+    return [_Story(story["id"], _raw_story(data, origin), json_path(origin.parts),
+                   origin.done_key, origin.id_synthesized)
+            for story, origin in zip(normalized.data["userStories"], normalized.origins,
+                                     strict=True)
+            if isinstance(story["id"], str)]
+
+
+def _raw_story(data: Any, origin: Origin) -> dict[str, Any]:
+    """The story object at ``origin.parts`` of ``data`` (normalize checked it is one)."""
+    node = data
+    for part in origin.parts:
+        node = node[part]
+    assert isinstance(node, dict)
+    return node
+
+
+@dataclass
+class _Plan:
+    """The edits of one write-back: of the PRD ``text`` (in format ``fmt``) and of the sidecar.
+
+    Attributes:
+        edits: ``(start, end, replacement, sequence)``; at one position, a later edit ends
+            up after an earlier one.
+        changed: ids of the stories with an edit of the file.
+        side_passes, side_notes: what goes to the sidecar, by story id.
+
+    Positions (:class:`~pytest_ralph.prd.Positions`) are computed on the first
+    :meth:`offset`, so a write-back that matches no story does not compose the file.
+    """
+
+    text: str
+    fmt: str
+    json_like: bool
+    edits: list[tuple[int, int, str, int]] = field(default_factory=list)
+    changed: set[str] = field(default_factory=set)
+    side_passes: dict[str, bool] = field(default_factory=dict)
+    side_notes: dict[str, str] = field(default_factory=dict)
+    _positions: Positions | None = field(default=None, init=False, repr=False)
+    _line_starts: list[int] = field(default_factory=list, init=False, repr=False)
+    _dups: set[str] = field(default_factory=set, init=False, repr=False)
+
+    def offset(self, jp: str) -> int | None:
+        """The index in ``text`` of the value at JSON path ``jp``; ``None`` when unknown or
+        when its key is repeated (which value the parser kept is not known here)."""
+        if self._positions is None:
+            self._positions = Positions(self.text, self.fmt)
+            self._line_starts = [0] + [i + 1 for i, ch in enumerate(self.text) if ch == "\n"]
+            self._dups = {path for path, _ in self._positions.duplicate_keys()}
+        line, column = self._positions.at(jp)
+        if line is None or column is None or line > len(self._line_starts) or jp in self._dups:
+            return None
+        return self._line_starts[line - 1] + column - 1
+
+    def edit(self, sid: str, start: int, end: int, new: str) -> None:
+        """Replace ``text[start:end]`` with ``new`` for story ``sid``."""
+        self.edits.append((start, end, new, len(self.edits)))
+        self.changed.add(sid)
+
+    def apply(self) -> str:
+        """``text`` with every edit made."""
+        out = self.text
+        for start, end, new, _ in sorted(self.edits, key=lambda e: (e[0], e[1], e[3]),
+                                         reverse=True):
+            out = out[:start] + new + out[end:]
+        return out
+
+
+def _plan_story(plan: _Plan, story: _Story, verdict: bool | None, note: str | None) -> None:
+    """Plan the edits (or sidecar entries) of one story's verdict and note."""
+    passes = story.raw.get("passes")
+    span = _bool_span(plan, f"{story.sp}.passes") if isinstance(passes, bool) else None
+    after_id = _id_end(plan, story)
+    if verdict is not None:
+        _plan_passes(plan, story, verdict, span, after_id)
+    if note is not None:
+        place = (_note_edit(plan, story, note, span[1] if span else after_id)
+                 if plan.json_like else None)
+        if place is None:
+            plan.side_notes[story.sid] = note
+        elif plan.text[place[0]:place[1]] != place[2]:
+            plan.edit(story.sid, *place)
+
+
+def _plan_passes(plan: _Plan, story: _Story, verdict: bool, span: tuple[int, int] | None,
+                 after_id: int | None) -> None:
+    """Plan ``passes``: replace the boolean word at ``span``, insert ``, "passes": X`` at
+    ``after_id`` (a story with neither ``passes`` nor ``status``), or else the sidecar."""
+    word = "true" if verdict else "false"
+    current = story.raw.get("passes")
+    if story.done_key == "passes" and current is verdict:
+        return
+    if span is not None:
+        plan.edit(story.sid, *span, word)
+    elif after_id is not None and not {"passes", "status"} & story.raw.keys():
+        plan.edit(story.sid, after_id, after_id, f', "passes": {word}')
+    else:
+        plan.side_passes[story.sid] = verdict
+
+
+def _id_end(plan: _Plan, story: _Story) -> int | None:
+    """The index just after the story's id literal (a JSON string or integer) in JSON or
+    JSONC; ``None`` in YAML, for a synthesized id, or when the literal cannot be found."""
+    sid = story.raw.get("id")
+    if not plan.json_like or story.id_synthesized or isinstance(sid, bool):
+        return None
+    start = plan.offset(f"{story.sp}.id")
+    if start is None:
+        return None
+    if isinstance(sid, str):
+        span = _string_span(plan.text, start)
+        return span[1] if span else None
+    m = _INT_LITERAL.match(plan.text, start) if isinstance(sid, int) else None
+    return m.end() if m else None
+
+
+def _note_edit(plan: _Plan, story: _Story, note: str,
+               anchor: int | None) -> tuple[int, int, str] | None:
+    """The edit (start, end, replacement) of the JSON/JSONC text that makes ``note`` the
+    loop's line of the story's ``notes``; a no-op edit when it already is. ``None`` when
+    the note cannot go into the file: ``notes`` is not a string, its literal cannot be
+    found (or its key is repeated), or there is no ``notes`` and no ``anchor`` (the index
+    after ``"passes": X`` or the id) to insert it at.
+    """
+    if "notes" not in story.raw:
         if anchor is None:
             return None
         return anchor, anchor, f', "notes": {json.dumps(note, ensure_ascii=False)}'
-    current = story["notes"]
+    current = story.raw["notes"]
     if not isinstance(current, str):
         return None
-    span = _string_span(text, line_starts, positions.at(f"{sp}.notes"))
-    if span is None or f"{sp}.notes" in {jp for jp, _ in positions.duplicate_keys()}:
+    at = plan.offset(f"{story.sp}.notes")
+    span = _string_span(plan.text, at) if at is not None else None
+    if span is None:
         return None
+    text = plan.text
     start, end = span[0] + 1, span[1] - 1  # inside the quotes
     if _decode(text[start:end]) != current:  # not the value json.loads saw
         return None
@@ -252,6 +385,9 @@ def _one_line(note: str) -> str:
 
 
 _BOOL_LITERAL = re.compile(r"(?i:true|false|yes|no|on|off)\b")
+
+#: An integer literal of JSON (a story id written as a number).
+_INT_LITERAL = re.compile(r"-?[0-9]+(?![0-9.eE])")
 
 #: One character of the inside of a JSON string literal, as written: an escape or a character.
 _STRING_UNIT = re.compile(r"\\u[0-9a-fA-F]{4}|\\.|[^\\]", re.DOTALL)
@@ -303,25 +439,16 @@ def _merge_note(inner: str, note: str) -> str:
     return inner + ("\\r\\n" if "\r\n" in value else "\\n") + escaped
 
 
-def _literal_span(text: str, line_starts: list[int],
-                  pos: tuple[int | None, int | None]) -> tuple[int, int] | None:
-    """(start, end) of the boolean literal at 1-based (line, column), or ``None``."""
-    line, column = pos
-    if line is None or column is None or line > len(line_starts):
-        return None
-    start = line_starts[line - 1] + column - 1
-    m = _BOOL_LITERAL.match(text, start)
-    return (start, m.end()) if m else None
+def _bool_span(plan: _Plan, jp: str) -> tuple[int, int] | None:
+    """(start, end) in ``plan.text`` of the boolean word at JSON path ``jp``, or ``None``."""
+    start = plan.offset(jp)
+    m = _BOOL_LITERAL.match(plan.text, start) if start is not None else None
+    return (m.start(), m.end()) if m else None
 
 
-def _string_span(text: str, line_starts: list[int],
-                 pos: tuple[int | None, int | None]) -> tuple[int, int] | None:
-    """(start, end) of the JSON string literal, quotes included, at 1-based (line, column),
-    or ``None`` when there is none."""
-    line, column = pos
-    if line is None or column is None or line > len(line_starts):
-        return None
-    start = line_starts[line - 1] + column - 1
+def _string_span(text: str, start: int) -> tuple[int, int] | None:
+    """(start, end) of the JSON string literal, quotes included, that starts at index
+    ``start`` of ``text``, or ``None`` when there is none."""
     if start >= len(text) or text[start] != '"':
         return None
     try:
@@ -329,13 +456,6 @@ def _string_span(text: str, line_starts: list[int],
         return start, end
     except ValueError:
         return None
-
-
-def _string_end(text: str, line_starts: list[int],
-                pos: tuple[int | None, int | None]) -> int | None:
-    """The index just after the JSON string literal at 1-based (line, column), or ``None``."""
-    span = _string_span(text, line_starts, pos)
-    return span[1] if span else None
 
 
 def _load(text: str, fmt: str | None) -> Any:

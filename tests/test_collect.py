@@ -161,7 +161,9 @@ def test_empty_user_stories_is_exit_5_naming_the_file(pytester: pytest.Pytester,
     path = write_prd()
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
-    result.stdout.fnmatch_lines([f"pytest-ralph: {path}: userStories is empty*"])
+    result.stdout.fnmatch_lines([f"pytest-ralph: {path}: no user stories: $.userStories is "
+                                 "empty; expected at least one story with acceptance criteria"])
+    assert ": dialect " not in result.stdout.str()  # a canonical file: no dialect line
 
 
 @pytest.mark.parametrize("where", [".ralph/prd.json", "scripts/ralph/prd.yaml", "prd.json"])

@@ -379,7 +379,7 @@ def test_arming_with_an_invalid_prd_exits_4_naming_it(project: Project) -> None:
     done = project.pytest("--ralph-init", "--ralph-driver", "claude")
     assert done.code == 4, done.text
     assert f"invalid PRD {project.prd}" in done.err
-    assert "missing required key 'acceptanceCriteria'" in done.err
+    assert "missing required key 'title'" in done.err
     assert not project.marker.exists()
     if (project.state / DB_NAME).exists():
         with project.history() as h:

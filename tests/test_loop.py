@@ -195,7 +195,8 @@ def test_empty_user_stories_is_exit_5_naming_the_file(pytester: pytest.Pytester,
     path = write_prd()
     result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass")
     assert result.ret == 5
-    result.stderr.fnmatch_lines([f"*{path}: userStories is empty*"])
+    result.stderr.fnmatch_lines([f"pytest-ralph: {path}: no user stories: $.userStories is "
+                                 "empty; expected at least one story with acceptance criteria"])
 
 
 def test_story_filter_matching_nothing_is_exit_5(pytester: pytest.Pytester,

@@ -30,6 +30,8 @@ CRITERION_EXPECTED = (
     "('run', 'testCommand', 'pytest', 'exists', 'file', 'sql', 'schema', 'python'); found "
 )
 ID_RULE = "an id may not contain whitespace, control characters, '/', '[', ']' or '::'"
+TOP = ("an object with stories under userStories | stories | tasks | items | features | "
+       "phases[].stories, or an array of stories")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,11 +309,13 @@ def test_suffix_is_case_insensitive(tmp_path: Path) -> None:
     assert prd.format == "yaml"
 
 
-def test_yaml_recursive_alias_does_not_crash(tmp_path: Path) -> None:
+def test_yaml_recursive_alias_is_refused_where_it_recurses(tmp_path: Path) -> None:
     text = "extra: &loop [*loop]\nuserStories:\n  - {id: US-1, title: t, acceptanceCriteria: [1]}\n"
     problem = one(fail(write(tmp_path, "prd.yaml", text)))
-    assert problem.json_path == "$.userStories[0].acceptanceCriteria[0]"
-    assert (problem.line, problem.column) == where(text, "1]")
+    assert problem.json_path == "$.extra[0]"
+    assert problem.message == ("expected values that end; found a YAML alias inside the value "
+                               "it refers to (it repeats forever)")
+    assert (problem.line, problem.column) == where(text, "&loop")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -573,7 +577,7 @@ def test_all_problems_reported_at_once(tmp_path: Path) -> None:
   "userStories": [
     {"id": "US 1", "title": "a", "acceptanceCriteria": ["x"]},
     {"id": "US-2", "acceptanceCriteria": ["x"]},
-    {"id": "US-3", "title": "c", "acceptanceCriteria": ["x"], "priority": "high"}
+    {"id": "US-3", "title": "c", "acceptanceCriteria": ["x"], "priority": "urgent"}
   ]
 }
 """
@@ -582,12 +586,12 @@ def test_all_problems_reported_at_once(tmp_path: Path) -> None:
     assert [(p.json_path, p.line, p.column) for p in err.problems] == [
         ("$.userStories[0].id", *where(text, '"US 1"')),
         ("$.userStories[1]", *where(text, '{"id": "US-2"')),
-        ("$.userStories[2].priority", *where(text, '"high"')),
+        ("$.userStories[2].priority", *where(text, '"urgent"')),
     ]
     assert [p.message for p in err.problems] == [
         f'invalid id "US 1": {ID_RULE} (it becomes part of a pytest node id)',
         "missing required key 'title'",
-        'expected an integer; found string "high"',
+        'expected an integer; found string "urgent"',
     ]
     lines = err.describe().splitlines()
     assert lines == [
@@ -595,7 +599,8 @@ def test_all_problems_reported_at_once(tmp_path: Path) -> None:
         f'  {path}:3:12: $.userStories[0].id: invalid id "US 1": {ID_RULE} '
         "(it becomes part of a pytest node id)",
         f"  {path}:4:5: $.userStories[1]: missing required key 'title'",
-        f'  {path}:5:75: $.userStories[2].priority: expected an integer; found string "high"',
+        f'  {path}:5:75: $.userStories[2].priority: expected an integer; found string "urgent"',
+        "    hint: use an integer >= 0, a number, high/medium/low or P0..P9",
     ]
     assert str(err) == err.describe()
 
@@ -741,7 +746,7 @@ def test_run_criterion_bad_timeout_yaml(tmp_path: Path) -> None:
     assert (problem.line, problem.column) == where(text, "soon")
 
 
-@pytest.mark.parametrize("bad_id", ["US::1", "US/1", "US 1", "US\n1", "US-1\n", "US[1]", ""])
+@pytest.mark.parametrize("bad_id", ["US::1", "US/1", "US 1", "US\n1", "US-1\n", "US[1]"])
 def test_story_id_must_fit_a_node_id(tmp_path: Path, bad_id: str) -> None:
     text = json.dumps(
         {
@@ -820,29 +825,29 @@ def test_missing_and_empty_title(tmp_path: Path) -> None:
 
 def test_missing_user_stories_and_wrong_types(tmp_path: Path) -> None:
     problem = one(fail(write(tmp_path, "prd.json", '{"project": "x"}')))
-    assert (problem.json_path, problem.message) == ("$", "missing required key 'userStories'")
+    assert (problem.json_path, problem.message) == ("$", f"no stories found: expected {TOP}; "
+                                                    "found keys: project")
     assert (problem.line, problem.column) == (1, 1)
 
     problem = one(fail(write(tmp_path, "prd.json", '{"userStories": {"id": "US-1"}}')))
     assert problem.json_path == "$.userStories"
-    assert problem.message == "expected an array; found an object with keys 'id'"
+    assert problem.message == "expected an array of stories; found an object with keys 'id'"
     assert (problem.line, problem.column) == (1, 17)
 
-    text = '{"userStories": [{"id": 7, "title": "t", "acceptanceCriteria": "do it"}]}'
+    text = '{"userStories": [{"id": 7.5, "title": "t", "acceptanceCriteria": {"run": "x"}}]}'
     err = fail(write(tmp_path, "prd.json", text))
     assert [(p.json_path, p.message) for p in err.problems] == [
-        ("$.userStories[0].id", "expected a string; found number 7"),
-        ("$.userStories[0].acceptanceCriteria", 'expected an array; found string "do it"'),
+        ("$.userStories[0].id", "expected a string; found number 7.5"),
+        ("$.userStories[0].acceptanceCriteria", "expected an array; found an object with keys "
+         "'run'"),
     ]
 
 
 @pytest.mark.parametrize(
     ("name", "text", "found", "position"),
     [
-        ("prd.json", '[{"id": "US-1"}]', "an array of 1 item", (1, 1)),
         ("prd.json", '"userStories"', 'string "userStories"', (1, 1)),
         ("prd.json", "\n  42", "number 42", (2, 3)),
-        ("prd.yaml", "- id: US-1\n", "an array of 1 item", (1, 1)),
         ("prd.yaml", "just text\n", 'string "just text"', (1, 1)),
         ("prd.yaml", "", "null", (None, None)),
         ("prd.yaml", "# only a comment\n", "null", (None, None)),
@@ -853,7 +858,7 @@ def test_top_level_must_be_an_object(
 ) -> None:
     problem = one(fail(write(tmp_path, name, text)))
     assert problem.json_path == "$"
-    assert problem.message == f"expected an object with a 'userStories' array; found {found}"
+    assert problem.message == f"expected {TOP}; found {found}"
     assert (problem.line, problem.column) == position
 
 

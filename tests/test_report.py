@@ -101,6 +101,36 @@ def test_header(tmp_path: Path) -> None:
             "finished 2026-03-04T05:09:07+00:00") in text
 
 
+def test_header_says_which_dialect_was_applied_and_what_was_synthesized(
+        tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    run.prd = dataclasses.replace(
+        run.prd, dialect="tasks+steps+status", stories_path="$.tasks",
+        dialect_notes=("stories under $.tasks", "ids synthesized from position: S1..S3",
+                       "status 'open' -> passes false (2 stories)"))
+    text = render_report(run)
+    assert (f"- PRD: `{tmp_path / 'prd.json'}` (json)\n"
+            "- PRD dialect: `tasks+steps+status`, normalized on load to the canonical shape:\n"
+            "  - stories under $.tasks\n"
+            "  - ids synthesized from position: S1..S3\n"
+            "  - status 'open' -> passes false (2 stories)\n"
+            "- Agent: ") in text
+
+
+def test_header_of_a_dialect_without_notes(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    run.prd = dataclasses.replace(run.prd, dialect="stories")
+    text = render_report(run)
+    assert "- PRD dialect: `stories`, normalized on load to the canonical shape\n- Agent: " \
+        in text
+
+
+def test_canonical_prd_header_has_no_dialect_line(tmp_path: Path) -> None:
+    text = render_report(_run(tmp_path))
+    assert "dialect" not in text.lower()
+    assert f"- PRD: `{tmp_path / 'prd.json'}` (json)\n- Agent: " in text
+
+
 @pytest.mark.parametrize(("status", "code", "meaning"), [
     ("complete", 0, "complete"), ("limit", 1, "stopped at a limit"),
     ("interrupted", 2, "interrupted"), ("agent-error", 7, "the agent could not run"),

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from pytest_ralph.prd import load_prd
+from pytest_ralph.dialects import Normalized, normalize
+from pytest_ralph.prd import load_prd, strip_jsonc
 from pytest_ralph.results import CheckResults, CriterionResult
 from pytest_ralph.writeback import (
     NOTE_MAX_CHARS,
@@ -164,11 +166,10 @@ def test_no_temp_file_is_left_behind(tmp_path: Path) -> None:
     b"",
     b"\xff\xfe\x00garbage",
     b'["a", "top-level array"]',
-    b'{"stories": [{"id": "US-001", "passes": false}]}',
     b'{"userStories": {"US-001": {}}}',
     b"null",
 ])
-def test_unreadable_or_non_canonical_json_is_left_alone(tmp_path: Path, content: bytes) -> None:
+def test_unreadable_or_shapeless_json_is_left_alone(tmp_path: Path, content: bytes) -> None:
     prd = tmp_path / "prd.json"
     prd.write_bytes(content)
     sidecar = tmp_path / "s.json"
@@ -684,3 +685,401 @@ def test_the_loop_writes_notes_into_the_prd(pytester: pytest.Pytester,
         "pytest-ralph: the 1 criterion passes (1 claimed, not verified)"]
     assert [s["passes"] for s in stories] == [False, True]
     assert not (pytester.path / ".pytest_ralph" / "passes.json").exists()
+
+
+# -- dialects --------------------------------------------------------------------------------
+# Each dialect is a small PRD written inline. A test writes verdicts and notes keyed by the
+# normalized ids, then asserts the exact bytes of the file, the sidecar, and that the file
+# still normalizes to the same dialect with every other field as it was.
+
+NOTE_OK = "pytest-ralph: all 2 criteria pass"
+
+
+def _parse(path: Path) -> Any:
+    text = path.read_bytes().decode("utf-8-sig")
+    if path.suffix in (".yaml", ".yml"):
+        return yaml.safe_load(text)
+    return json.loads(strip_jsonc(text) if path.suffix == ".jsonc" else text)
+
+
+def _dialect_write(tmp_path: Path, name: str, content: str, verdicts: dict[str, bool],
+                   notes: dict[str, str] | None = None,
+                   ) -> tuple[Path, Path, list[str], Normalized]:
+    """Write ``content`` to ``name``, write back; return (prd, sidecar, changed, the
+    normalized data of the file before)."""
+    prd = tmp_path / name
+    prd.write_bytes(content.encode("utf-8"))
+    before = normalize(_parse(prd))
+    sidecar = tmp_path / "state" / "passes.json"
+    changed = write_back(prd, verdicts, sidecar, notes=notes)
+    return prd, sidecar, changed, before
+
+
+def _assert_rules(normalized: Normalized, *rules: str) -> None:
+    """The fixture is the dialect it is meant to be (the rules, in any order)."""
+    assert sorted(normalized.dialect.split("+")) == sorted(rules)
+
+
+def _assert_same_dialect(prd: Path, before: Normalized, passes: dict[str, bool],
+                         notes: dict[str, str]) -> None:
+    """The file normalizes to the dialect it had, with the same stories and origins, and
+    only ``passes`` / ``notes`` changed as given (by normalized id)."""
+    after = normalize(_parse(prd))
+    assert after.dialect == before.dialect
+    assert after.stories_path == before.stories_path
+    assert [o.parts for o in after.origins] == [o.parts for o in before.origins]
+    assert [(o.criteria_key, o.id_synthesized, o.title_key) for o in after.origins] == [
+        (o.criteria_key, o.id_synthesized, o.title_key) for o in before.origins]
+    expected = json.loads(json.dumps(before.data))
+    for s in expected["userStories"]:
+        s["passes"] = passes.get(s["id"], s["passes"])
+        s["notes"] = notes.get(s["id"], s["notes"])
+    assert after.data == expected
+
+
+def _assert_second_write_is_a_no_op(prd: Path, sidecar: Path, verdicts: dict[str, bool],
+                                    notes: dict[str, str] | None = None) -> None:
+    mtimes = _age(prd), (_age(sidecar) if sidecar.exists() else None)
+    before = prd.read_bytes(), (sidecar.read_bytes() if sidecar.exists() else None)
+    assert write_back(prd, verdicts, sidecar, notes=notes) == []
+    assert (prd.stat().st_mtime_ns, sidecar.stat().st_mtime_ns if sidecar.exists() else None
+            ) == mtimes
+    assert (prd.read_bytes(), sidecar.read_bytes() if sidecar.exists() else None) == before
+
+
+TASKS_STATUS = """{
+  "project": "Shop",
+  "tasks": [
+    {"id": "T-1", "title": "Cart", "steps": ["add an item", {"text": "cart", "run": "true"}],
+     "status": "done", "estimate": 3},
+    {"id": "T-2", "title": "Checkout", "steps": ["pay"], "status": "todo", "notes": ""}
+  ]
+}
+"""
+
+
+def test_tasks_with_status_keep_the_status_and_verdicts_go_to_the_sidecar(
+        tmp_path: Path) -> None:
+    verdicts = {"T-1": False, "T-2": True}
+    notes = {"T-1": NOTE, "T-2": NOTE_OK}
+    prd, sidecar, changed, before = _dialect_write(tmp_path, "prd.json", TASKS_STATUS,
+                                                   verdicts, notes)
+    _assert_rules(before, "tasks", "steps", "status")
+    assert changed == ["T-1", "T-2"]
+    assert prd.read_text("utf-8") == TASKS_STATUS.replace(
+        '{"id": "T-1",', f'{{"id": "T-1", "notes": "{NOTE}",').replace(
+        '"notes": ""', f'"notes": "{NOTE_OK}"')
+    # status is what says done: no passes was added to shadow it
+    assert json.loads(sidecar.read_text("utf-8")) == {
+        "prd": str(prd), "passes": {"T-1": False, "T-2": True}}
+    _assert_same_dialect(prd, before, {}, notes)
+    _assert_second_write_is_a_no_op(prd, sidecar, verdicts, notes)
+
+
+def test_a_status_story_without_notes_is_not_touched(tmp_path: Path) -> None:
+    prd, sidecar, changed, _ = _dialect_write(tmp_path, "prd.json", TASKS_STATUS,
+                                              {"T-1": True, "T-2": False})
+    assert changed == ["T-1", "T-2"]
+    assert prd.read_text("utf-8") == TASKS_STATUS
+    assert json.loads(sidecar.read_text("utf-8"))["passes"] == {"T-1": True, "T-2": False}
+
+
+FEATURES_JSONC = (
+    "// 기능 목록: features, with comments\r\n"
+    "{\r\n"
+    '  "project": "앱", /* 이름 */\r\n'
+    '  "features": [\r\n'
+    "    // 첫 번째 기능\r\n"
+    '    {"id": "F-1", "title": "로그인", "steps": ["로그인 화면이 보인다"],'
+    ' "status": "in_progress"}, // trailing\r\n'
+    '    {"id": "F-2", "title": "로그아웃", "steps": ["버튼 // not a comment"],'
+    ' "status": "done", "notes": "사람의 메모",},\r\n'
+    "  ],\r\n"
+    "}")  # CRLF, trailing commas and no final newline
+
+
+def test_features_jsonc_keep_comments_korean_text_and_status(tmp_path: Path) -> None:
+    verdicts = {"F-1": True, "F-2": True}
+    notes = {"F-1": "pytest-ralph: 로그인 ok", "F-2": NOTE_OK}
+    prd, sidecar, changed, before = _dialect_write(tmp_path, "prd.jsonc", FEATURES_JSONC,
+                                                   verdicts, notes)
+    _assert_rules(before, "features", "steps", "status")
+    assert changed == ["F-1", "F-2"]
+    assert prd.read_bytes() == FEATURES_JSONC.replace(
+        '{"id": "F-1",', '{"id": "F-1", "notes": "pytest-ralph: 로그인 ok",').replace(
+        '"사람의 메모"', f'"사람의 메모\\n{NOTE_OK}"').encode("utf-8")
+    assert json.loads(sidecar.read_text("utf-8")) == {
+        "prd": str(prd), "passes": {"F-1": True, "F-2": True}}
+    _assert_same_dialect(prd, before, {}, {"F-1": notes["F-1"], "F-2": "사람의 메모\n" + NOTE_OK})
+    _assert_second_write_is_a_no_op(prd, sidecar, verdicts, notes)
+
+
+PHASES = """{
+  "project": "Big",
+  "phases": [
+    {"name": "Phase 1", "stories": [
+      {"id": "P1-1", "title": "Schema", "priority": "P0", "acceptanceCriteria": ["a"],
+       "passes": false}
+    ]},
+    {"name": "Phase 2", "stories": [
+      {"id": "P2-1", "title": "API", "priority": "P1-when-scaling",
+       "acceptanceCriteria": ["b"], "passes": true, "notes": "keep me"},
+      {"id": "P2-2", "title": "UI", "priority": "P2", "acceptanceCriteria": ["c"]}
+    ]}
+  ]
+}"""
+
+
+def test_phases_with_p_priorities_get_passes_in_place(tmp_path: Path) -> None:
+    verdicts = {"P1-1": True, "P2-1": True, "P2-2": False}
+    notes = {"P1-1": NOTE_OK, "P2-1": NOTE_OK, "P2-2": NOTE}
+    prd, sidecar, changed, before = _dialect_write(tmp_path, "prd.json", PHASES,
+                                                   verdicts, notes)
+    _assert_rules(before, "phases", "P-priority")
+    assert changed == ["P1-1", "P2-1", "P2-2"]
+    assert prd.read_text("utf-8") == """{
+  "project": "Big",
+  "phases": [
+    {"name": "Phase 1", "stories": [
+      {"id": "P1-1", "title": "Schema", "priority": "P0", "acceptanceCriteria": ["a"],
+       "passes": true, "notes": "pytest-ralph: all 2 criteria pass"}
+    ]},
+    {"name": "Phase 2", "stories": [
+      {"id": "P2-1", "title": "API", "priority": "P1-when-scaling",
+       "acceptanceCriteria": ["b"], "passes": true, "notes": "keep me\\npytest-ralph: all 2 \
+criteria pass"},
+      {"id": "P2-2", "passes": false, "notes": "pytest-ralph: 1/2 criteria pass; failing: AC2", \
+"title": "UI", "priority": "P2", "acceptanceCriteria": ["c"]}
+    ]}
+  ]
+}"""
+    assert not sidecar.exists()
+    _assert_same_dialect(prd, before, verdicts,
+                         {**notes, "P2-1": "keep me\n" + NOTE_OK})
+    _assert_second_write_is_a_no_op(prd, sidecar, verdicts, notes)
+
+
+TOP_LEVEL_ARRAY = """[
+  {"title": "First", "acceptanceCriteria": ["a"], "passes": false},
+  {"title": "Second", "acceptanceCriteria": ["b"]},
+  {"title": "Third", "acceptanceCriteria": ["c"], "passes": true, "notes": "n"}
+]"""
+
+
+def test_top_level_array_without_ids_is_matched_by_synthesized_ids(tmp_path: Path) -> None:
+    verdicts = {"S1": True, "S2": True, "S3": True}
+    notes = {"S1": NOTE_OK, "S2": NOTE_OK, "S3": NOTE_OK}
+    prd, sidecar, changed, before = _dialect_write(tmp_path, "prd.json", TOP_LEVEL_ARRAY,
+                                                   verdicts, notes)
+    _assert_rules(before, "top-level-array", "position-ids")
+    assert changed == ["S1", "S2", "S3"]
+    # S1: passes and a new note after it; S2 has no id to anchor at: sidecar; S3: in place
+    assert prd.read_text("utf-8") == TOP_LEVEL_ARRAY.replace(
+        '"passes": false}', f'"passes": true, "notes": "{NOTE_OK}"}}').replace(
+        '"notes": "n"', f'"notes": "n\\n{NOTE_OK}"')
+    assert json.loads(sidecar.read_text("utf-8")) == {
+        "prd": str(prd), "passes": {"S2": True}, "notes": {"S2": NOTE_OK}}
+    _assert_same_dialect(prd, before, {"S1": True},
+                         {"S1": NOTE_OK, "S3": "n\n" + NOTE_OK})
+    _assert_second_write_is_a_no_op(prd, sidecar, verdicts, notes)
+
+
+ITEMS = """{"items": [
+  {"description": "Export CSV\\nwith headers", "steps_to_verify": ["csv exists"],
+   "passes": false},
+  {"description": "Import", "steps_to_verify": "one string step", "status": "pending"}
+]}
+"""
+
+
+def test_items_without_ids_or_titles(tmp_path: Path) -> None:
+    verdicts = {"S1": True, "S2": True}
+    notes = {"S1": NOTE_OK, "S2": NOTE_OK}
+    prd, sidecar, changed, before = _dialect_write(tmp_path, "prd.json", ITEMS, verdicts,
+                                                   notes)
+    _assert_rules(before, "items", "position-ids", "title-from-description", "steps_to_verify",
+                  "string-criteria", "status")
+    assert changed == ["S1", "S2"]
+    assert prd.read_text("utf-8") == ITEMS.replace(
+        '"passes": false}', f'"passes": true, "notes": "{NOTE_OK}"}}')
+    assert json.loads(sidecar.read_text("utf-8")) == {
+        "prd": str(prd), "passes": {"S2": True}, "notes": {"S2": NOTE_OK}}
+    _assert_same_dialect(prd, before, {"S1": True}, {"S1": NOTE_OK})
+    _assert_second_write_is_a_no_op(prd, sidecar, verdicts, notes)
+
+
+INT_IDS = """{
+  "stories": [
+    {"id": 1, "title": "A", "acceptance": ["x"]},
+    {"id": 2, "title": "B", "acceptance": ["y"], "passes": true},
+    {"id": -10, "title": "C", "acceptance": "z", "notes": ["line one", "line two"]}
+  ]
+}
+"""
+
+
+@pytest.mark.parametrize("name", ["prd.json", "prd.jsonc"])
+def test_stories_with_int_ids_anchor_at_the_number(tmp_path: Path, name: str) -> None:
+    verdicts = {"1": True, "2": False, "-10": True}
+    notes = {"1": NOTE_OK, "2": NOTE, "-10": NOTE_OK}
+    prd, sidecar, changed, before = _dialect_write(tmp_path, name, INT_IDS, verdicts, notes)
+    _assert_rules(before, "stories", "int-ids", "acceptance", "string-criteria", "list-notes")
+    assert changed == ["1", "2", "-10"]
+    assert prd.read_text("utf-8") == INT_IDS.replace(
+        '"id": 1,', f'"id": 1, "passes": true, "notes": "{NOTE_OK}",').replace(
+        '"passes": true}', f'"passes": false, "notes": "{NOTE}"}}').replace(
+        '"id": -10,', '"id": -10, "passes": true,')
+    # a list of notes (a dialect) is never edited
+    assert json.loads(sidecar.read_text("utf-8")) == {
+        "prd": str(prd), "passes": {}, "notes": {"-10": NOTE_OK}}
+    _assert_same_dialect(prd, before, verdicts, {"1": NOTE_OK, "2": NOTE})
+    _assert_second_write_is_a_no_op(prd, sidecar, verdicts, notes)
+
+
+YAML_TASKS = """# tasks, YAML
+project: Tools
+tasks:
+  - id: T-1   # first
+    title: Build
+    steps:
+      - it builds
+    passes: no
+  - title: No id
+    steps: [it runs]
+  - id: T-3
+    title: Status
+    steps: [x]
+    status: done
+    notes: human
+"""
+
+
+def test_yaml_tasks_with_passes(tmp_path: Path) -> None:
+    verdicts = {"T-1": True, "S2": False, "T-3": False}
+    notes = {"T-1": NOTE_OK, "T-3": NOTE}
+    prd, sidecar, changed, before = _dialect_write(tmp_path, "prd.yaml", YAML_TASKS,
+                                                   verdicts, notes)
+    _assert_rules(before, "tasks", "position-ids", "steps", "status")
+    assert changed == ["T-1", "S2", "T-3"]
+    assert prd.read_text("utf-8") == YAML_TASKS.replace("passes: no", "passes: true")
+    assert json.loads(sidecar.read_text("utf-8")) == {
+        "prd": str(prd), "passes": {"S2": False, "T-3": False}, "notes": notes}
+    _assert_same_dialect(prd, before, {"T-1": True}, {})
+    _assert_second_write_is_a_no_op(prd, sidecar, verdicts, notes)
+
+
+RULES = """{"tasks": [
+  {"id": "A", "title": "bool passes", "steps": ["a"], "passes": false},
+  {"id": "B", "title": "status", "steps": ["b"], "status": "open"},
+  {"id": "C", "title": "neither, string id", "steps": ["c"]},
+  {"id": 4, "title": "neither, int id", "steps": ["d"]},
+  {"title": "neither, no id", "steps": ["e"]},
+  {"id": "", "title": "empty id", "steps": ["f"]},
+  {"id": "G", "title": "null passes", "steps": ["g"], "passes": null},
+  {"id": "H", "title": "null status", "steps": ["h"], "status": null}
+]}"""
+
+
+def test_passes_is_written_where_possible_and_to_the_sidecar_otherwise(
+        tmp_path: Path) -> None:
+    verdicts = {"A": True, "B": True, "C": True, "4": True, "S5": True, "S6": True,
+                "G": True, "H": True}
+    prd, sidecar, changed, before = _dialect_write(tmp_path, "prd.json", RULES, verdicts)
+    assert changed == list(verdicts)
+    assert prd.read_text("utf-8") == RULES.replace('"passes": false', '"passes": true').replace(
+        '"id": "C",', '"id": "C", "passes": true,').replace(
+        '"id": 4,', '"id": 4, "passes": true,')
+    assert json.loads(sidecar.read_text("utf-8")) == {
+        "prd": str(prd), "passes": {"B": True, "S5": True, "S6": True, "G": True, "H": True}}
+    _assert_same_dialect(prd, before, {"A": True, "C": True, "4": True}, {})
+    _assert_second_write_is_a_no_op(prd, sidecar, verdicts)
+
+
+def test_unknown_normalized_ids_and_raw_ids_of_synthesized_stories_are_ignored(
+        tmp_path: Path) -> None:
+    prd, sidecar, changed, _ = _dialect_write(tmp_path, "prd.json", TOP_LEVEL_ARRAY,
+                                              {"S9": True, "0": True, "First": True})
+    assert changed == []
+    assert prd.read_text("utf-8") == TOP_LEVEL_ARRAY
+    assert not sidecar.exists()
+
+
+def test_a_repeated_id_key_is_no_anchor(tmp_path: Path) -> None:
+    content = '{"tasks": [{"id": "A", "title": "t", "steps": ["a"], "id": "A"}]}'
+    prd, sidecar, changed, _ = _dialect_write(tmp_path, "prd.json", content, {"A": True},
+                                              {"A": NOTE})
+    assert changed == ["A"]
+    assert prd.read_text("utf-8") == content
+    assert json.loads(sidecar.read_text("utf-8")) == {
+        "prd": str(prd), "passes": {"A": True}, "notes": {"A": NOTE}}
+
+
+@pytest.mark.parametrize("content", [
+    '{"tasks": "not a list"}',
+    '{"tasks": [1, 2]}',
+    '{"phases": [{"stories": {"id": "A"}}]}',
+    '{"tasks": [{"id": "A", "title": "t", "steps": ["a"], "status": 3}]}',
+    '"just a string"',
+])
+def test_shapes_no_dialect_describes_are_left_alone(tmp_path: Path, content: str) -> None:
+    prd = tmp_path / "prd.json"
+    prd.write_text(content, encoding="utf-8")
+    sidecar = tmp_path / "s.json"
+    assert write_back(prd, {"A": True, "S1": True}, sidecar, notes={"A": NOTE}) == []
+    assert prd.read_text("utf-8") == content
+    assert not sidecar.exists()
+
+
+def test_stories_with_ids_that_are_not_strings_or_integers_are_not_matched(
+        tmp_path: Path) -> None:
+    content = ('[{"id": {"no": "object ids"}, "title": "t", "passes": false},\n'
+               ' {"id": 1.5, "title": "u", "passes": false},\n'
+               ' {"id": true, "title": "v", "passes": false},\n'
+               ' {"id": "ok", "title": "w", "passes": false}]')
+    prd, sidecar, changed, _ = _dialect_write(tmp_path, "prd.json", content,
+                                              {"1.5": True, "True": True, "ok": True})
+    assert changed == ["ok"]
+    assert prd.read_text("utf-8") == content.replace(
+        '"w", "passes": false', '"w", "passes": true')
+    assert not sidecar.exists()
+
+
+@pytest.mark.parametrize("value", ['"no way"', '"true"', "1", "null"])
+def test_a_passes_that_is_not_a_boolean_is_not_edited(tmp_path: Path, value: str) -> None:
+    content = f'tasks:\n  - id: A\n    title: t\n    passes: {value.strip(chr(34))}\n'
+    if value == '"true"':
+        content = content.replace("passes: true", "passes: 'true'")
+    prd, sidecar, changed, _ = _dialect_write(tmp_path, "prd.yaml", content, {"A": True})
+    assert changed == ["A"]
+    assert prd.read_text("utf-8") == content
+    assert json.loads(sidecar.read_text("utf-8"))["passes"] == {"A": True}
+
+
+LOOP_JSONC = """// a tasks dialect, with comments
+{
+  "tasks": [
+    {"id": 7, "title": "a.txt", "steps": [{"text": "a.txt exists", "run": "test -f a.txt"}]},
+    {"title": "b.txt", "steps": [{"text": "b.txt exists", "run": "test -f b.txt"}]},
+    {"id": "T-3", "title": "c.txt", "steps": [{"text": "never", "run": "test -f c.txt"}],
+     "status": "in progress"}, // keep
+  ],
+}
+"""
+
+
+def test_the_loop_writes_back_into_a_dialect_prd(pytester: pytest.Pytester) -> None:
+    (pytester.path / "a.txt").write_text("x")
+    (pytester.path / "b.txt").write_text("x")
+    prd = pytester.path / "prd.jsonc"
+    prd.write_text(LOOP_JSONC, encoding="utf-8")
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass",
+                                           "--ralph-max-iterations", "1")
+    assert result.ret == 1, result.stdout.str()
+    ok = "pytest-ralph: the 1 criterion passes"
+    failing = "pytest-ralph: 0/1 criteria pass; failing: AC1"
+    assert prd.read_text("utf-8") == LOOP_JSONC.replace(
+        '"id": 7,', f'"id": 7, "passes": true, "notes": "{ok}",').replace(
+        '"id": "T-3",', f'"id": "T-3", "notes": "{failing}",')
+    sidecar = json.loads((pytester.path / ".pytest_ralph" / "passes.json").read_text("utf-8"))
+    assert sidecar == {"prd": str(prd), "passes": {"S2": True, "T-3": False},
+                       "notes": {"S2": ok}}
