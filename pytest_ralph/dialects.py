@@ -219,26 +219,32 @@ def _find_stories(data: object, work: _Work) -> list[tuple[Parts, object]]:
     if not isinstance(data, dict):
         work.problem("$", f"expected {_EXPECTED_TOP}; found {_kind(data)}")
         return []
-    for key in STORY_CONTAINERS:
-        if key in data:
-            value = data[key]
-            jp = json_path((key,))
-            work.stories_path = jp
-            if key != "userStories":
-                work.rule(key)
-                work.notes.append(f"stories under {jp}")
-            others = [k for k in (*STORY_CONTAINERS, "phases") if k != key and k in data]
-            if others:
-                work.notes.append(f"stories taken from {jp}; ignored "
-                                  + ", ".join(f"$.{k}" for k in others))
-            if not isinstance(value, list):
-                work.problem(jp, f"expected an array of stories; found {_kind(value)}")
-                return []
-            if not value:
-                work.notes.append(f"no stories: {jp} is empty")
-            return [((key, i), s) for i, s in enumerate(value)]
-    if "phases" in data:
-        return _phase_stories(data["phases"], work)
+    present = [k for k in (*STORY_CONTAINERS, "phases") if k in data]
+    holding = [k for k in present if _holds_stories(data[k], k)]
+    if len(holding) > 1:
+        where = ", ".join(f"$.{k}" for k in holding)
+        work.problem("$", f"expected one story container; found stories in {where}",)
+        return []
+    if present:
+        key = (holding or present)[0]
+        ignored = [k for k in present if k != key]
+        if ignored:
+            work.notes.append(f"stories taken from $.{key}; ignored the empty "
+                              + ", ".join(f"$.{k}" for k in ignored))
+        if key == "phases":
+            return _phase_stories(data["phases"], work)
+        value = data[key]
+        jp = json_path((key,))
+        work.stories_path = jp
+        if key != "userStories":
+            work.rule(key)
+            work.notes.append(f"stories under {jp}")
+        if not isinstance(value, list):
+            work.problem(jp, f"expected an array of stories; found {_kind(value)}")
+            return []
+        if not value:
+            work.notes.append(f"no stories: {jp} is empty")
+        return [((key, i), s) for i, s in enumerate(value)]
     keys = ", ".join(map(str, data)) or "none"
     stray = [k for k in CRITERIA_KEYS if isinstance(data.get(k), list)]
     found = ""
@@ -250,8 +256,21 @@ def _find_stories(data: object, work: _Work) -> list[tuple[Parts, object]]:
     return []
 
 
+def _holds_stories(value: object, key: str) -> bool:
+    """Whether a story container (``phases`` included) holds anything: a non-empty list,
+    or for ``phases``, a phase with a non-empty container; any other value counts too (it
+    is reported when the container is used)."""
+    if value is None or value == []:
+        return False
+    if key == "phases" and isinstance(value, list):
+        return any(isinstance(ph, dict) and any(ph.get(k) not in (None, []) for k in
+                                                STORY_CONTAINERS) for ph in value)
+    return True
+
+
 def _phase_stories(phases: object, work: _Work) -> list[tuple[Parts, object]]:
-    """``phases[].stories`` flattened in phase order (a phase without ``stories`` adds none)."""
+    """``phases[].stories`` flattened in phase order (a phase without stories adds none);
+    a phase may hold its stories under any of ``STORY_CONTAINERS``, as the top level can."""
     work.rule("phases")
     work.stories_path = "$.phases[].stories"
     if not isinstance(phases, list):
@@ -265,13 +284,21 @@ def _phase_stories(phases: object, work: _Work) -> list[tuple[Parts, object]]:
             work.problem(pp, f"expected a phase object with a 'stories' array; found "
                          f"{_kind(phase)}")
             continue
-        value = phase.get("stories")
+        keys = [k for k in STORY_CONTAINERS if phase.get(k) not in (None, [])]
+        if len(keys) > 1:
+            work.problem(pp, "expected one story container in a phase; found stories in "
+                         + ", ".join(f"{pp}.{k}" for k in keys))
+            continue
+        key = keys[0] if keys else "stories"
+        value = phase.get(key)
         if value is None:
             value = []
         if not isinstance(value, list):
-            work.problem(f"{pp}.stories", f"expected an array of stories; found {_kind(value)}")
+            work.problem(f"{pp}.{key}", f"expected an array of stories; found {_kind(value)}")
             continue
-        stories += [(("phases", p, "stories", i), s) for i, s in enumerate(value)]
+        if key != "stories":
+            work.notes.append(f"stories of {pp} under {pp}.{key}")
+        stories += [(("phases", p, key, i), s) for i, s in enumerate(value)]
     work.notes.append(f"stories under $.phases[].stories: {_plural(len(phases), 'phase')} "
                       "flattened in order")
     if not stories and not work.problems:
@@ -324,7 +351,10 @@ def _criteria(story: dict[str, Any], title: Any, work: _Work) -> tuple[Any, str,
     them); an empty or missing list becomes ``[title]``. A value that is neither a list
     nor a string is kept for the schema to report.
     """
-    key = next((k for k in CRITERIA_KEYS if k in story), "")
+    present = [k for k in CRITERIA_KEYS if k in story]
+    full = [k for k in present if story[k] not in (None, [])
+            and not (isinstance(story[k], str) and not story[k].strip())]
+    key = (full or present or [""])[0]  # the first that holds criteria
     value = story.get(key) if key else None
     if key and key != "acceptanceCriteria":
         work.rule(key)

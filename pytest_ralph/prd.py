@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import functools
+import itertools
 import json
 import math
 import re
@@ -52,9 +53,10 @@ _SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoad
 
 class _PRDLoader(_SAFE_LOADER):  # type: ignore[valid-type,misc]
     """PyYAML's safe loader (C-accelerated when available) that reads JSON values only:
-    unquoted dates and times (``2024-05-01``) stay strings, and a mapping key written as
-    a plain value is the text as written (``on:`` is the key ``"on"``, not YAML 1.1's
-    ``true``; ``1:`` is ``"1"``)."""
+    unquoted dates and times (``2024-05-01``) stay strings, numbers are read in JSON's
+    forms only (``010``, ``0x1F``, ``12:30`` and ``.inf`` stay strings), and a mapping key
+    written as a plain value is the text as written (``on:`` is the key ``"on"``, not YAML
+    1.1's ``true``; ``1:`` is ``"1"``)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         """As PyYAML's, except that scalar keys are their text as written."""
@@ -73,15 +75,32 @@ class _PRDLoader(_SAFE_LOADER):  # type: ignore[valid-type,misc]
         return mapping
 
 
+#: Plain YAML scalars that are numbers: JSON's forms only. YAML 1.1 also reads ``010`` as 8,
+#: ``0x1F`` as 31, ``12:30`` as 750, ``1_000`` as 1000 and ``.inf``; in a PRD those stay
+#: the text as written, so an id ``010`` is ``"010"``.
+_YAML_INT = re.compile(r"^-?(?:0|[1-9][0-9]*)$")
+_YAML_FLOAT = re.compile(r"^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?$")
+_NOT_JSON_TAGS = {"tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:int",
+                  "tag:yaml.org,2002:float"}
 _PRDLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    first: [(tag, rx) for tag, rx in resolvers if tag not in _NOT_JSON_TAGS]
     for first, resolvers in _SAFE_LOADER.yaml_implicit_resolvers.items()
 }
+_PRDLoader.add_implicit_resolver("tag:yaml.org,2002:int", _YAML_INT, list("-0123456789"))
+_PRDLoader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML_FLOAT, list("-0123456789"))
 
 _YAML_LOADER: type[yaml.SafeLoader] = _PRDLoader
 #: The YAML loader used for PRDs: PyYAML's safe loader (the C one when available), which
 #: constructs no objects (``!!python/object`` tags are an error), with dates left as text.
 YAML_LOADER = _YAML_LOADER
+
+#: Most values (strings, numbers, lists, mappings...) a PRD may hold; a PRD of 20,000
+#: criteria holds about 100,000. Beyond this, placing problems and items in the file
+#: would take minutes and gigabytes.
+MAX_VALUES = 1_000_000
+
+#: Most problems one PRDError lists (the schema stops looking after this many).
+MAX_PROBLEMS = 50
 
 #: Deepest nesting of arrays and objects accepted in a PRD (a canonical PRD needs 5).
 MAX_DEPTH = 64
@@ -242,11 +261,18 @@ def load_prd(path: Path | str, *, max_bytes: int = MAX_PRD_BYTES) -> PRD:
 
 
 def _sorted(problems: list[Problem]) -> list[Problem]:
-    """Problems in file order; those without a position last."""
-    return sorted(problems, key=lambda p: (p.line is None, p.line or 0, p.column or 0))
+    """Problems in file order, those without a position last; at most
+    :data:`MAX_PROBLEMS`, and then one more entry saying that the list was cut."""
+    out = sorted(problems, key=lambda p: (p.line is None, p.line or 0, p.column or 0))
+    if len(out) <= MAX_PROBLEMS:
+        return out
+    return [*out[:MAX_PROBLEMS], Problem("$", f"more problems than the {MAX_PROBLEMS} listed; "
+                                         "fix these and load the file again")]
 
 
 def _dialect_hint(message: str) -> str:
+    if message.startswith("expected an object with stories") and message.endswith("found null"):
+        return "the file is empty (or holds only comments)"
     if message.startswith("no stories found"):
         return ('a PRD is {"userStories": [{"id": "US-1", "title": "...", '
                 '"acceptanceCriteria": ["..."]}]}')
@@ -412,14 +438,26 @@ def _parse(path: Path, text: str, fmt: str) -> tuple[Any, list[str]]:
                                                and '"' not in source[exc.pos + 1:]):
             hint = "the file ends too early: is it truncated?"
         elif before.endswith(",") and source[exc.pos] in "]}":
-            hint = ("a trailing comma is not allowed in JSON: remove it"
-                    + (", or rename the file to .jsonc" if fmt == "json" else ""))
+            comma = len(before) - 1  # report the comma itself, not the bracket after it
+            line = source.count("\n", 0, comma) + 1
+            column = comma - source.rfind("\n", 0, comma)
+            raise PRDError(path, [Problem(
+                "$", f"invalid JSON: a trailing comma before '{source[exc.pos]}'; expected "
+                "another value after a comma", line, column,
+                "remove the comma" + (", or rename the file to .jsonc (which allows it)"
+                                      if fmt == "json" else ""))]) from None
         raise PRDError(path, [Problem("$", f"invalid JSON: {exc.msg}", exc.lineno, exc.colno,
                                       hint)]) from None
     except ValueError as exc:  # e.g. an integer of 5000 digits
         raise PRDError(path, [Problem("$", f"invalid JSON: {_value_error(exc)}")]) from None
     except RecursionError:
         raise PRDError(path, [Problem("$", "invalid JSON: nested too deeply")]) from None
+
+
+def _priority_text(value: object) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"number {_number(value)}"
+    return _describe(value)
 
 
 def _number(value: object) -> str:
@@ -441,75 +479,92 @@ def _shape_problems(data: Any, positions: _Positions, fmt: str) -> list[Problem]
     """What makes parsed data not a JSON value of a sane size: nesting deeper than
     :data:`MAX_DEPTH`, YAML aliases that refer to themselves or expand past
     :data:`MAX_EXPANDED_VALUES`, and YAML values JSON has no type for (binary, sets,
-    non-text keys, ``.nan``, ``.inf``). At most 20 problems; the walk never recurses.
+    non-text keys). At most 20 problems. The walk never recurses and holds one frame per
+    level of nesting; a list or mapping that aliases share is walked once.
     """
     problems: list[Problem] = []
-    #: id of a container -> (values it holds once expanded, its depth)
-    done: dict[int, tuple[int, int]] = {}
-    written = 0  # values as written (a shared list or mapping once)
-    # (value, parts, children pushed?) in post order
-    stack: list[tuple[Any, tuple[str | int, ...], bool]] = [(data, (), False)]
-    active: set[int] = set()
+    if not isinstance(data, (dict, list)):
+        return _scalar_problems(data, (), positions)
+    done: dict[int, tuple[int, int]] = {}  # id -> (values once expanded, depth)
+    written = 1  # values as written (a shared list or mapping once)
+    active = {id(data)}
+    # frames: [container, parts, iterator of (key, child), values, depth]
+    stack: list[list[Any]] = [[data, (), _children(data), 1, 1]]
     while stack and len(problems) < 20:
-        value, parts, expanded = stack.pop()
-        if not isinstance(value, (dict, list)):
+        frame = stack[-1]
+        parts: tuple[str | int, ...] = frame[1]
+        pushed = False
+        for key, child in frame[2]:
+            if written > MAX_VALUES:
+                return [Problem("$", f"the file holds more than {MAX_VALUES:,} values; expected "
+                                "a PRD under that", None, None,
+                                hint="split the PRD into several files")]
+            if not isinstance(key, (str, int)):
+                problems.append(_at(positions, parts, f"expected text keys; found the key "
+                                    f"{json.dumps(key, default=str)} ({_yaml_type(key)})"))
+                continue
+            if not isinstance(child, (dict, list)):
+                written += 1
+                frame[3] += 1
+                if not isinstance(child, _JSON_SCALARS) or (
+                        isinstance(child, float) and not math.isfinite(child)):
+                    problems += _scalar_problems(child, (*parts, key), positions)
+                continue
+            cid = id(child)
+            if cid in active:
+                problems.append(_at(positions, (*parts, key), "expected values that end; found "
+                                    "a YAML alias inside the value it refers to (it repeats "
+                                    "forever)", "replace the alias (*name) with the value "
+                                    "it stands for"))
+                continue
+            if cid in done:
+                size, depth = done[cid]
+                frame[3] += size
+                frame[4] = max(frame[4], depth + 1)
+                continue
+            if len(parts) + 1 >= MAX_DEPTH:
+                shown = json_path((*parts, key))
+                shown = shown if len(shown) <= 80 else shown[:77] + "..."
+                return [Problem(shown, f"expected at most {MAX_DEPTH} levels of nested lists "
+                                "and mappings; found more", *positions.at("$"))]
             written += 1
-            if not isinstance(value, _JSON_SCALARS):
-                problems.append(_at(positions, parts, f"expected a JSON value (text, number, "
-                                    f"true/false, null, list, mapping); found YAML "
-                                    f"{_yaml_type(value)}", "quote it as text"))
-            elif isinstance(value, float) and not math.isfinite(value):
-                problems.append(_at(positions, parts, f"expected a finite number; found "
-                                    f"{value}", "write a number, or quote it as text"))
+            active.add(cid)
+            stack.append([child, (*parts, key), _children(child), 1, 1])
+            pushed = True
+            break
+        if pushed:
             continue
-        key = id(value)
-        if expanded:
-            children = value.values() if isinstance(value, dict) else value
-            size, depth = 1, 1
-            for child in children:
-                if isinstance(child, (dict, list)):
-                    csize, cdepth = done.get(id(child), (1, 1))
-                    size, depth = size + csize, max(depth, cdepth + 1)
-                else:
-                    size += 1
-            done[key] = (size, depth)
-            active.discard(key)
-            continue
-        if key in active:
-            problems.append(_at(positions, parts, "expected values that end; found a YAML "
-                                "alias inside the value it refers to (it repeats forever)",
-                                "replace the alias (*name) with the value it stands for"))
-            continue
-        if key in done:
-            continue
-        written += 1
-        if len(parts) >= MAX_DEPTH:
-            shown = json_path(parts)
-            shown = shown if len(shown) <= 80 else shown[:77] + "..."
-            problems.append(Problem(shown, f"expected at most {MAX_DEPTH} levels of nested "
-                                    "lists and mappings; found more", *positions.at("$")))
-            return problems
-        active.add(key)
-        stack.append((value, parts, True))
-        if isinstance(value, dict):
-            for k, v in value.items():
-                if not isinstance(k, str):
-                    problems.append(_at(positions, parts, f"expected text keys; found the key "
-                                        f"{json.dumps(k, default=str)} ({_yaml_type(k)})",
-                                        "quote the key (YAML reads on/off/yes/no as true/false)"))
-                    continue
-                stack.append((v, (*parts, k), False))
-        else:
-            stack.extend((v, (*parts, i), False) for i, v in enumerate(value))
-    if problems or fmt != "yaml" or not isinstance(data, (dict, list)):
+        stack.pop()
+        active.discard(id(frame[0]))
+        done[id(frame[0])] = (frame[3], frame[4])
+        if stack:
+            stack[-1][3] += frame[3]
+            stack[-1][4] = max(stack[-1][4], frame[4] + 1)
+    if problems or fmt != "yaml":
         return problems
     total = done[id(data)][0]
     if total > MAX_EXPANDED_VALUES and total > ALIAS_EXPANSION * written:
         problems.append(Problem("$", f"YAML aliases expand {written} written values to "
-                                f"{total} values; expected at most "
-                                f"{MAX_EXPANDED_VALUES} (is it an alias bomb?)",
+                                f"{total} values; expected at most {MAX_EXPANDED_VALUES} "
+                                "(is it an alias bomb?)",
                                 hint="write the values out instead of repeating aliases"))
     return problems
+
+
+def _children(value: dict[Any, Any] | list[Any]) -> Iterator[tuple[Any, Any]]:
+    return iter(value.items()) if isinstance(value, dict) else enumerate(value)
+
+
+def _scalar_problems(value: Any, parts: tuple[str | int, ...],
+                     positions: _Positions) -> list[Problem]:
+    """A value JSON has no type for, or a number that is not finite."""
+    if not isinstance(value, _JSON_SCALARS):
+        return [_at(positions, parts, "expected a JSON value (text, number, true/false, null, "
+                    f"list, mapping); found {_yaml_type(value)}", "quote it as text")]
+    if isinstance(value, float) and not math.isfinite(value):
+        return [_at(positions, parts, f"expected a finite number; found {value}",
+                    "write a number, or quote it as text")]
+    return []
 
 
 def _at(positions: _Positions, parts: tuple[str | int, ...], message: str,
@@ -519,12 +574,12 @@ def _at(positions: _Positions, parts: tuple[str | int, ...], message: str,
 
 
 def _yaml_type(value: object) -> str:
-    names = {bytes: "binary (!!binary)", set: "a set (!!set)", bool: "a boolean",
-             int: "a number", float: "a number", type(None): "null"}
+    names = {bytes: "YAML binary data (!!binary)", set: "a YAML set (!!set)",
+             bool: "a boolean", int: "a number", float: "a number", type(None): "null"}
     for kind, name in names.items():
         if isinstance(value, kind):
             return name
-    return f"{type(value).__name__} (a tagged value)"
+    return f"a YAML {type(value).__name__} (a tagged value)"
 
 
 class _NotJSON(ValueError):
@@ -597,7 +652,7 @@ def strip_jsonc(text: str) -> str:
             i += 1
             continue
         if text.startswith("//", i):
-            while i < n and text[i] != "\n":
+            while i < n and text[i] not in "\r\n":
                 out[i] = " "
                 i += 1
             continue
@@ -627,6 +682,8 @@ _YAML_UNSAFE = re.compile(
 #: A ``\uD800``-``\uDFFF`` escape of a JSON string (half of a UTF-16 surrogate pair, or an
 #: unpaired one): an odd number of backslashes before the ``u``. Group 1 is the even run of
 #: escaped backslashes in front of it.
+_LONE_CR = re.compile(r"\r(?!\n)")
+
 _SURROGATE_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u[dD][89abcdefABCDEF][0-9a-fA-F]{2}")
 
 #: What replaces a surrogate escape for composing: an escape of the same length ("X").
@@ -649,17 +706,21 @@ class _Positions:
             # YAML breaks lines at NEL/LS/PS and refuses non-printables; JSON allows them in
             # strings. Blank them (same length) so lines match json's and composing works.
             self._text = _YAML_UNSAFE.sub(" ", self._text)
+            # json counts lines at "\n" only; YAML also breaks at a lone "\r" (whitespace
+            # in JSON: a raw CR cannot be inside a JSON string).
+            self._text = _LONE_CR.sub(" ", self._text)
             # libyaml refuses surrogate escapes, even a valid pair such as "\ud83d\ude00"
             # (one emoji in JSON): write each as an escape of "X" of the same length.
             self._text = _SURROGATE_ESCAPE.sub(
                 lambda m: m.group(1) + _SURROGATE_PLACEHOLDER, self._text)
             if self._text != source:
                 self._json = source
-        self._map: dict[str, tuple[int, int]] | None = None
+        #: JSON path -> (line, column, index in the text)
+        self._map: dict[str, tuple[int, int, int]] | None = None
         self._dups: list[tuple[str, str]] = []
         self._walked: set[int] = set()
 
-    def _build(self) -> dict[str, tuple[int, int]]:
+    def _build(self) -> dict[str, tuple[int, int, int]]:
         if self._map is None:
             self._map = {}
             try:
@@ -672,7 +733,8 @@ class _Positions:
 
     def _walk(self, node: yaml.Node, jp: str) -> None:
         assert self._map is not None
-        self._map[jp] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        self._map[jp] = (node.start_mark.line + 1, node.start_mark.column + 1,
+                         node.start_mark.index)
         if isinstance(node, yaml.CollectionNode):
             if id(node) in self._walked:  # a YAML alias: may be recursive or exponential
                 return
@@ -686,7 +748,8 @@ class _Positions:
                 if name in seen:
                     self._dups.append((child, name))
                     self._map.setdefault(child + "#dup", (key.start_mark.line + 1,
-                                                          key.start_mark.column + 1))
+                                                          key.start_mark.column + 1,
+                                                          key.start_mark.index))
                 seen.add(name)
                 self._walk(value, child)
         elif isinstance(node, yaml.SequenceNode):
@@ -708,7 +771,14 @@ class _Positions:
         """(line, column) of the value at ``jp``, or ``(None, None)``."""
         m = self._build()
         pos = m.get(jp + "#dup") or m.get(jp)
-        return pos if pos else (None, None)
+        return (pos[0], pos[1]) if pos else (None, None)
+
+    def offset(self, jp: str) -> int | None:
+        """The index in the text (in characters) where the value at ``jp`` starts, or
+        ``None``. Unlike (line, column), it does not depend on which characters count as
+        line breaks (YAML also breaks at a lone CR, NEL, LS and PS)."""
+        pos = self._build().get(jp)
+        return pos[2] if pos else None
 
     def duplicate_keys(self) -> list[tuple[str, str]]:
         """(JSON path, key) of every repeated key in an object."""
@@ -744,12 +814,12 @@ _CHECK_KEYS = tuple(CHECK_KEYS)
 def _schema_problems(data: dict[str, Any], where: _Locator) -> list[Problem]:
     """Schema problems of the normalized ``data``, each placed where it is in the file."""
     problems: list[Problem] = []
-    for err in _validator().iter_errors(data):
+    for err in itertools.islice(_validator().iter_errors(data), MAX_PROBLEMS + 1):
         if err.validator == "anyOf" and "acceptanceCriteria" in err.absolute_path:
             problems += _criterion_problems(err, where)
         else:
             problems.append(_problem(err, where))
-    return problems
+    return list(dict.fromkeys(problems))  # e.g. -0.5: not an integer and below 0: one message
 
 
 def _problem(err: jsonschema.ValidationError, where: _Locator) -> Problem:
@@ -758,24 +828,32 @@ def _problem(err: jsonschema.ValidationError, where: _Locator) -> Problem:
     kind = err.validator
     value: Any = err.validator_value
     hint = ""
-    if kind == "type":
+    if list(err.absolute_path)[-1:] == ["priority"] and kind in ("type", "minimum", "maximum"):
+        msg = ("expected a priority: an integer 0..1000000, a number >= 0, high/medium/low or "
+               f"P0..P9; found {_priority_text(where.raw(err.absolute_path))}")
+    elif kind == "type":
         names = [value] if isinstance(value, str) else list(value)
         expected = " or ".join(_TYPE_NAMES.get(n, n) for n in names)
         msg = f"expected {expected}; found {_describe(inst)}"
         if names == ["boolean"] and isinstance(inst, str) and inst.lower() in ("true", "false"):
             hint = f"write {inst.lower()} without quotes"
-        elif list(err.absolute_path)[-1:] == ["priority"]:
-            hint = "use an integer >= 0, a number, high/medium/low or P0..P9"
     elif kind == "required":
         m = re.match(r"^'(.*)' is a required property$", err.message)
         msg = f"missing required key {m.group(1)!r}" if m else err.message
     elif kind == "pattern" and list(err.absolute_path)[-1:] == ["python"]:
         msg = f"expected 'module:function'; found {_describe(inst)}"
         hint = 'e.g. "myapp.checks:login_works"'
+    elif kind == "pattern" and list(err.absolute_path)[-1:] == ["title"]:
+        msg = f"expected a title with text; found {_describe(inst)}"
     elif kind == "pattern":
         msg = (f"invalid id {json.dumps(inst, ensure_ascii=False)}: an id may not contain "
                "whitespace, control characters, '/', '[', ']' or '::' (it becomes part of a "
                "pytest node id)")
+        if any("\u200b" <= ch <= "\u200f" or "\u202a" <= ch <= "\u202e"
+               or "\u2060" <= ch <= "\u2064" or ch == "\ufeff" for ch in str(inst)):
+            msg = (f"invalid id {json.dumps(inst)}: it holds an invisible character (zero-width "
+                   "or a direction mark), so it would look like another id in a node id")
+            hint = "type the id again without it"
     elif kind == "minLength":
         msg = f"expected a non-empty string; found {_describe(inst)}"
     elif kind in ("minimum", "maximum", "exclusiveMinimum"):

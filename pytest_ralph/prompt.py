@@ -278,7 +278,7 @@ class PromptContext:
     redact: Callable[[str], str] | None = None
 
 
-def _check_line(c: Criterion | None, r: CriterionResult) -> str:
+def _check_line(c: Criterion | None, r: CriterionResult, done_key: str = "passes") -> str:
     if c is not None and c.kind == "run":
         return f"check: run `{c.command}`"
     if c is not None and c.kind == "pytest":
@@ -302,6 +302,9 @@ def _check_line(c: Criterion | None, r: CriterionResult) -> str:
     if c is not None and c.kind == "text" and not r.claimed and r.kind == "text":
         return "check: the command ini ralph_checks maps this text to"
     if r.claimed or (c is not None and c.kind == "text"):
+        if done_key == "status":
+            return ("check: none (text criterion, claimed by the story's `status`: this PRD has "
+                    "no `passes`; set the status to done, never add `passes`)")
         return "check: none (text criterion, claimed by the story's `passes`)"
     return f"check: {r.kind}"
 
@@ -324,7 +327,8 @@ def _entry_head(prd: PRD, r: CriterionResult, repeats: Mapping[str, int],
     """A failing criterion's lines before its output: name and text, check, notes."""
     story = prd.story(r.story)
     crit = next((c for c in story.criteria if c.id == r.criterion), None) if story else None
-    lines = [f"- [{r.key}] {_one_line(r.text)}", f"  {_one_line(_check_line(crit, r))}"]
+    check = _check_line(crit, r, story.done_key if story else "passes")
+    lines = [f"- [{r.key}] {_one_line(r.text)}", f"  {_one_line(check)}"]
     if r.key in regressions:
         lines.append("  REGRESSION: passed before in this run; a later change broke it")
     n = repeats.get(r.key, 0)

@@ -274,7 +274,6 @@ class _Plan:
     side_passes: dict[str, bool] = field(default_factory=dict)
     side_notes: dict[str, str] = field(default_factory=dict)
     _positions: Positions | None = field(default=None, init=False, repr=False)
-    _line_starts: list[int] = field(default_factory=list, init=False, repr=False)
     _dups: set[str] = field(default_factory=set, init=False, repr=False)
 
     def offset(self, jp: str) -> int | None:
@@ -282,12 +281,10 @@ class _Plan:
         when its key is repeated (which value the parser kept is not known here)."""
         if self._positions is None:
             self._positions = Positions(self.text, self.fmt)
-            self._line_starts = [0] + [i + 1 for i, ch in enumerate(self.text) if ch == "\n"]
             self._dups = {path for path, _ in self._positions.duplicate_keys()}
-        line, column = self._positions.at(jp)
-        if line is None or column is None or line > len(self._line_starts) or jp in self._dups:
+        if jp in self._dups:
             return None
-        return self._line_starts[line - 1] + column - 1
+        return self._positions.offset(jp)
 
     def edit(self, sid: str, start: int, end: int, new: str) -> None:
         """Replace ``text[start:end]`` with ``new`` for story ``sid``."""

@@ -134,7 +134,7 @@ def test_story_without_criteria_gets_its_title(pytester: pytest.Pytester,
     ('{"userStories": [\n  {"id": "US-1", "title": "t", "acceptanceCriteria": [],}\n]}\n',
      ["*invalid PRD *prd.json: 1 problem",
       "*prd.json:2:*: $: invalid JSON: *",
-      "*hint: a trailing comma is not allowed in JSON*"]),
+      "*hint: remove the comma, or rename the file to .jsonc*"]),
     (json.dumps({"userStories": [
         {"id": "US-1", "title": "a", "acceptanceCriteria": ["x"]},
         {"id": "US-1", "title": "b", "acceptanceCriteria": ["y"]}]}, indent=1),

@@ -156,3 +156,18 @@ def test_the_loop_completes_a_phases_yaml_prd_and_keeps_its_fields(
     # the status stories keep their status: their verdicts are in the sidecar
     sidecar = json.loads((pytester.path / ".pytest_ralph" / "passes.json").read_text("utf-8"))
     assert sidecar["passes"] == {"S1": True, "S3": True}
+
+
+def test_the_prompt_of_a_status_story_says_to_set_the_status(pytester: pytest.Pytester) -> None:
+    (pytester.path / "prd.json").write_text(json.dumps({"tasks": [
+        {"id": "T-1", "title": "Checkout", "status": "open", "steps": ["Checkout works"]},
+        {"id": "T-2", "title": "Basket", "passes": False, "steps": ["Basket works"]}]}),
+        encoding="utf-8")
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-dry-run", "--ralph-agent", "true",
+                                           "-p", "no:randomly")
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    assert ("check: none (text criterion, claimed by the story's `status`: this PRD has no "
+            "`passes`; set the status to done, never add `passes`)") in out
+    result = pytester.runpytest("-p", "no:randomly")
+    result.stdout.fnmatch_lines(["*the story's `status` does not say done*"])

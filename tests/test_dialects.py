@@ -181,12 +181,34 @@ def test_phases_flattened_in_order() -> None:
         Origin(("phases", 2, "stories", 0), criteria_key="acceptance", done_key="status"))
 
 
-def test_first_container_wins_and_says_so() -> None:
-    result = check({"stories": [canonical_story("A")], "tasks": [canonical_story("B")],
-                    "phases": []})
-    assert [s["id"] for s in result.data["userStories"]] == ["A"]
-    assert "stories taken from $.stories; ignored $.tasks, $.phases" in result.notes
-    assert result.stories_path == "$.stories"
+def test_stories_in_two_containers_are_an_error() -> None:
+    with pytest.raises(DialectError) as info:
+        normalize({"stories": [canonical_story("A")], "tasks": [canonical_story("B")],
+                   "phases": []})
+    assert info.value.problems == (
+        ("$", "expected one story container; found stories in $.stories, $.tasks"),)
+    with pytest.raises(DialectError, match=r"found stories in \$.userStories, \$.phases"):
+        normalize({"userStories": [canonical_story("A")],
+                   "phases": [{"tasks": [canonical_story("B")]}]})
+
+
+def test_an_empty_container_does_not_hide_a_full_one() -> None:
+    result = check({"userStories": [], "tasks": [canonical_story("B")], "phases": []})
+    assert [s["id"] for s in result.data["userStories"]] == ["B"]
+    assert "stories taken from $.tasks; ignored the empty $.userStories, $.phases" in result.notes
+    assert result.stories_path == "$.tasks"
+
+
+def test_a_phase_may_hold_its_stories_under_any_container_key() -> None:
+    result = check({"phases": [{"stories": [canonical_story("A")]},
+                               {"tasks": [canonical_story("B")]}, {"name": "later"}]})
+    assert [s["id"] for s in result.data["userStories"]] == ["A", "B"]
+    assert [o.parts for o in result.origins] == [("phases", 0, "stories", 0),
+                                                 ("phases", 1, "tasks", 0)]
+    assert "stories of $.phases[1] under $.phases[1].tasks" in result.notes
+    with pytest.raises(DialectError, match="expected one story container in a phase"):
+        normalize({"phases": [{"stories": [canonical_story("A")],
+                               "items": [canonical_story("B")]}]})
 
 
 @pytest.mark.parametrize(("data", "dialect", "notes", "stories_path"), [
@@ -782,3 +804,11 @@ def test_corpus_absent_skips(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     monkeypatch.setattr(sys.modules[__name__], "CORPUS", tmp_path / "none")
     with pytest.raises(pytest.skip.Exception, match="corpus is not here"):
         test_corpus()
+
+
+def test_the_first_criteria_key_that_holds_criteria_is_used() -> None:
+    result = check({"tasks": [{"title": "t", "acceptanceCriteria": [], "steps": ["a", "b"]}]})
+    assert result.data["userStories"][0]["acceptanceCriteria"] == ["a", "b"]
+    assert result.origins[0].criteria_key == "steps"
+    result = check({"tasks": [{"title": "t", "acceptance": "  ", "steps": "a"}]})
+    assert result.data["userStories"][0]["acceptanceCriteria"] == ["a"]

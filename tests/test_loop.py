@@ -223,7 +223,7 @@ def test_bad_prd_is_exit_4_with_file_and_line(pytester: pytest.Pytester) -> None
     result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass")
     assert result.ret == 4
     err = result.stderr.str()
-    assert "prd.json:2:" in err and "invalid JSON" in err and "trailing comma" in err
+    assert "prd.json:2:16:" in err and "invalid JSON" in err and "trailing comma" in err
     assert "Traceback" not in err + result.stdout.str()
 
 

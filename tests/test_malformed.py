@@ -17,8 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ralph.prd import MAX_DEPTH, MAX_EXPANDED_VALUES, PRDError, Problem, load_prd
+from pytest_ralph.prd import (
+    MAX_DEPTH,
+    MAX_EXPANDED_VALUES,
+    MAX_VALUES,
+    PRDError,
+    Problem,
+    load_prd,
+)
 
+PRIORITY = ("expected a priority: an integer 0..1000000, a number >= 0, high/medium/low or "
+            "P0..P9; found ")
 STORY = '{"id": "US-1", "title": "Log in", "acceptanceCriteria": ["It works"]}'
 
 
@@ -53,11 +62,10 @@ def _nested(depth: int) -> str:
 
 CASES = [
     Case("trailing-comma-in-array.json", '{"userStories": [' + STORY + ",\n]}",
-         "$", "invalid JSON: Expecting value", 2, 1,
-         "a trailing comma is not allowed in JSON: remove it, or rename the file to .jsonc"),
+         "$", "invalid JSON: a trailing comma before ']'", 1, 87,
+         "remove the comma, or rename the file to .jsonc"),
     Case("trailing-comma-in-object.json", '{\n  "userStories": [' + STORY + '],\n}\n',
-         "$", "invalid JSON: Expecting property name enclosed in double quotes", 3, 1,
-         "trailing comma"),
+         "$", "invalid JSON: a trailing comma before '}'", 2, 89, "remove the comma"),
     Case("merge-conflict.json",
          '{\n<<<<<<< HEAD\n  "userStories": []\n=======\n  "userStories": [' + STORY
          + ']\n>>>>>>> feature\n}\n',
@@ -104,9 +112,9 @@ CASES = [
     Case("python-name-tag.yaml", "userStories: !!python/name:os.system\n",
          "$", "the tag !!python/name:os.system would construct an object", 1, 14),
     Case("binary-tag.yaml", "userStories:\n  - {id: A, title: !!binary aGVsbG8=}\n",
-         "$.userStories[0].title", "found YAML binary (!!binary)", 2, 20, "quote it as text"),
+         "$.userStories[0].title", "found YAML binary data (!!binary)", 2, 20, "quote it as text"),
     Case("set-tag.yaml", "userStories:\n  - {id: A, title: t, acceptanceCriteria: !!set {a}}\n",
-         "$.userStories[0].acceptanceCriteria", "found YAML a set (!!set)", 2, 43),
+         "$.userStories[0].acceptanceCriteria", "found a YAML set (!!set)", 2, 43),
     Case("yaml-list-as-key.yaml", "userStories:\n  - {id: A, title: t, [a, b]: x}\n",
          "$", "invalid YAML: found a key that is a list or a mapping", 2, 23),
     Case("duplicate-key.json", '{"userStories": [{"id": "A", "title": "t", "id": "B"}]}',
@@ -131,6 +139,9 @@ CASES = [
            "whitespace, control characters, '/', '[', ']' or '::'", 1, 25)
       for label, bad in [("double-colon", "US::1"), ("slash", "US/1"), ("space", "US 1"),
                          ("newline", "US\n1"), ("tab", "US\t1")]],
+    Case("id-with-zero-width-space.json", '{"userStories": [{"id": "A\u200b", "title": "t"}]}',
+         "$.userStories[0].id", 'invalid id "A\\u200b": it holds an invisible character', 1, 25,
+         "type the id again without it"),
     Case("criterion-number.json",
          '{"userStories": [{"id": "A", "title": "t", "acceptanceCriteria": ["ok", 42]}]}',
          "$.userStories[0].acceptanceCriteria[1]", "found number 42", 1, 73,
@@ -138,30 +149,38 @@ CASES = [
     Case("criterion-null.yaml",
          "userStories:\n  - id: A\n    title: t\n    steps: [ok, null]\n",
          "$.userStories[0].steps[1]", "found null", 4, 17),
+    Case("criterion-blank.json",
+         '{"userStories": [{"id": "A", "title": "t", "acceptanceCriteria": ["ok", "   "]}]}',
+         "$.userStories[0].acceptanceCriteria[1]", 'found string "   "', 1, 73),
+    Case("title-blank-and-no-criteria.json",
+         '{"userStories": [{"id": "A", "title": "   ", "acceptanceCriteria": []}]}',
+         "$.userStories[0].title", 'expected a title with text; found string "   "', 1, 39),
+    Case("stories-in-two-containers.json",
+         '{"userStories": [' + STORY + '], "tasks": [{"title": "b"}]}',
+         "$", "expected one story container; found stories in $.userStories, $.tasks", 1, 1),
     Case("passes-as-text.json",
          '{"userStories": [{"id": "A", "title": "t", "passes": "true"}]}',
          "$.userStories[0].passes", 'expected true or false; found string "true"', 1, 54,
          "write true without quotes"),
     Case("negative-priority.json", '{"userStories": [{"id": "A", "title": "t", "priority": -3}]}',
-         "$.userStories[0].priority", "expected a number >= 0; found -3", 1, 56),
+         "$.userStories[0].priority", PRIORITY + "number -3", 1, 56),
     Case("huge-priority.json",
          '{"userStories": [{"id": "A", "title": "t", "priority": 10000001}]}',
-         "$.userStories[0].priority", "expected a number <= 1000000; found 10000001", 1, 56),
+         "$.userStories[0].priority", PRIORITY + "number 10000001", 1, 56),
     Case("huge-float-priority.yaml", "tasks:\n  - {id: A, title: t, priority: 1.0e+300}\n",
-         "$.tasks[0].priority", "expected a number <= 1000000; found 1e+300", 2, 33),
+         "$.tasks[0].priority", PRIORITY + "number 1e+300", 2, 33),
     Case("priority-of-5000-digits.json",
          '{"userStories": [{"id": "A", "title": "t", "priority": ' + "9" * 5000 + "}]}",
          "$", "a number has thousands of digits; expected an ordinary number"),
     Case("priority-word-unknown.json",
          '{"stories": [{"id": 1, "title": "t", "priority": "urgent"}]}',
-         "$.stories[0].priority", 'expected an integer; found string "urgent"', 1, 50,
-         "high/medium/low or P0..P9"),
+         "$.stories[0].priority", PRIORITY + 'string "urgent"', 1, 50),
     Case("nan.json", '{"userStories": [{"id": "A", "title": "t", "priority": NaN}]}',
          "$", "NaN is not a JSON number; expected a finite number", 1, 56),
     Case("infinity.json", '{"userStories": [{"id": "A", "title": "t", "priority": -Infinity}]}',
          "$", "-Infinity is not a JSON number", 1, 56),
     Case("nan.yaml", "userStories:\n  - {id: A, title: t, priority: .nan}\n",
-         "$.userStories[0].priority", "expected a finite number; found nan", 2, 33),
+         "$.userStories[0].priority", 'found string ".nan"', 2, 33),
     Case("comments-in-json.json", '// stories\n{"userStories": []}\n',
          "$", "invalid JSON: Expecting value", 1, 1, "rename the file to .jsonc"),
     Case("empty.json", "", "$", "invalid JSON: Expecting value", 1, 1, "the file is empty"),
@@ -216,6 +235,29 @@ def test_load_gives_one_precise_problem(tmp_path: Path, case: Case) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == [case.name], "a file was written"
 
 
+def test_thousands_of_problems_are_cut_to_the_first_fifty(tmp_path: Path) -> None:
+    path = tmp_path / "prd.json"
+    path.write_text('{"userStories": [{"id": "A", "title": "t", "acceptanceCriteria": ['
+                    + ", ".join(["42"] * 20_000) + "]}]}")
+    with pytest.raises(PRDError) as info:
+        load_prd(path)
+    problems = info.value.problems
+    assert len(problems) == 51
+    assert problems[0].json_path == "$.userStories[0].acceptanceCriteria[0]"
+    assert problems[-1].message == ("more problems than the 50 listed; fix these and load the "
+                                    "file again")
+
+
+def test_more_values_than_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / "prd.json"
+    path.write_text('{"userStories": [' + STORY + '], "pad": [' + "0," * MAX_VALUES + "0]}")
+    with pytest.raises(PRDError) as info:
+        load_prd(path)
+    assert [(p.json_path, p.message, p.hint) for p in info.value.problems] == [
+        ("$", "the file holds more than 1,000,000 values; expected a PRD under that",
+         "split the PRD into several files")]
+
+
 def test_over_the_size_limit(tmp_path: Path) -> None:
     path = tmp_path / "prd.json"
     path.write_bytes(b" " * (20 * 1024 * 1024 + 1))
@@ -250,6 +292,11 @@ def test_over_the_size_limit(tmp_path: Path) -> None:
     ("prd.yaml", "tasks:\n  - {id: A, title: t, priority: P0-when-scaling}\n", "priority", 0),
     # YAML keys written as plain values are text as written (YAML 1.1 reads on: as true)
     ("prd.yaml", "userStories:\n  - {id: A, title: t, on: x, 1: y, notes: n}\n", "notes", "n"),
+    # YAML 1.1 number forms stay the text as written: only JSON's number forms are numbers
+    ("prd.yaml", "stories:\n  - {id: 010, title: t}\n", "id", "010"),
+    ("prd.yaml", "stories:\n  - {id: 0x1F, title: t}\n", "id", "0x1F"),
+    ("prd.yaml", "stories:\n  - {id: A, title: 12:30}\n", "title", "12:30"),
+    ("prd.yaml", "stories:\n  - {id: A, title: t, priority: 1.5e0}\n", "priority", 1),
     # YAML merge keys work
     ("prd.yaml", "base: &b {title: t}\nuserStories:\n  - {<<: *b, id: A}\n", "title", "t"),
     # a UTF-8 byte order mark is skipped

@@ -484,19 +484,18 @@ def test_trailing_comma_in_json_gives_position_and_jsonc_hint(tmp_path: Path) ->
     text = '{\n  "userStories": [\n    "x",\n  ]\n}\n'
     problem = one(fail(write(tmp_path, "prd.json", text)))
     assert problem.json_path == "$"
-    assert problem.message == "invalid JSON: Expecting value"
-    assert (problem.line, problem.column) == where(text, "]")
-    assert problem.hint == (
-        "a trailing comma is not allowed in JSON: remove it, or rename the file to .jsonc"
-    )
+    assert problem.message == ("invalid JSON: a trailing comma before ']'; expected another "
+                               "value after a comma")
+    assert (problem.line, problem.column) == (3, 8)
+    assert problem.hint == "remove the comma, or rename the file to .jsonc (which allows it)"
 
 
 def test_trailing_comma_in_json_object(tmp_path: Path) -> None:
     text = '{\n  "userStories": [],\n}\n'
     problem = one(fail(write(tmp_path, "prd.json", text)))
-    assert problem.message == "invalid JSON: Expecting property name enclosed in double quotes"
-    assert (problem.line, problem.column) == (3, 1)
-    assert "trailing comma" in problem.hint
+    assert problem.message == ("invalid JSON: a trailing comma before '}'; expected another "
+                               "value after a comma")
+    assert (problem.line, problem.column) == (2, 20)
     assert ".jsonc" in problem.hint
 
 
@@ -591,7 +590,8 @@ def test_all_problems_reported_at_once(tmp_path: Path) -> None:
     assert [p.message for p in err.problems] == [
         f'invalid id "US 1": {ID_RULE} (it becomes part of a pytest node id)',
         "missing required key 'title'",
-        'expected an integer; found string "urgent"',
+        "expected a priority: an integer 0..1000000, a number >= 0, high/medium/low or P0..P9; "
+        'found string "urgent"',
     ]
     lines = err.describe().splitlines()
     assert lines == [
@@ -599,8 +599,8 @@ def test_all_problems_reported_at_once(tmp_path: Path) -> None:
         f'  {path}:3:12: $.userStories[0].id: invalid id "US 1": {ID_RULE} '
         "(it becomes part of a pytest node id)",
         f"  {path}:4:5: $.userStories[1]: missing required key 'title'",
-        f'  {path}:5:75: $.userStories[2].priority: expected an integer; found string "urgent"',
-        "    hint: use an integer >= 0, a number, high/medium/low or P0..P9",
+        f"  {path}:5:75: $.userStories[2].priority: expected a priority: an integer 0..1000000, "
+        'a number >= 0, high/medium/low or P0..P9; found string "urgent"',
     ]
     assert str(err) == err.describe()
 
@@ -819,8 +819,11 @@ def test_missing_and_empty_title(tmp_path: Path) -> None:
     problem = one(fail(write(tmp_path, "prd.json", text)))
     assert (problem.json_path, problem.message) == (
         "$.userStories[0].title",
-        'expected a non-empty string; found string ""',
+        'expected a title with text; found string ""',
     )
+    text = json.dumps({"userStories": [{"id": "A", "title": " \t", "acceptanceCriteria": []}]})
+    problem = one(fail(write(tmp_path, "prd.json", text)))
+    assert problem.message == 'expected a title with text; found string " \\t"'
 
 
 def test_missing_user_stories_and_wrong_types(tmp_path: Path) -> None:

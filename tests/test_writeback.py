@@ -1083,3 +1083,29 @@ def test_the_loop_writes_back_into_a_dialect_prd(pytester: pytest.Pytester) -> N
     sidecar = json.loads((pytester.path / ".pytest_ralph" / "passes.json").read_text("utf-8"))
     assert sidecar == {"prd": str(prd), "passes": {"S2": True, "T-3": False},
                        "notes": {"S2": ok}}
+
+
+# ---------------------------------------------------------------------------------------------
+# Characters that some parsers count as line breaks and others do not
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    # a lone CR in JSON whitespace: json counts lines at \n only, YAML's composer also at \r
+    ("prd.json", '{"userStories": [\n  {"id": "A", "title": "t",\r "acceptanceCriteria": '
+                 '["x"],\n   "passes": false,\n   "urgent": false}\n]}\n'),
+    ("prd.jsonc", '{"userStories": [ // plan\r  {"id": "A", "title": "t\\u2028",\r\r'
+                  '"passes": false, "urgent": false,}]}'),
+    # LS, PS and NEL in YAML text: line breaks for YAML 1.1, not for an editor
+    ("prd.yaml", 'userStories:\n  - id: A\n    title: "Copy\u2028pasted\u2029and\x85more"\n'
+                 "    passes: false\n    urgent: no\n"),
+])
+def test_odd_line_breaks_do_not_move_the_edit(tmp_path: Path, name: str, text: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(text.encode("utf-8"))
+    sidecar = tmp_path / "passes.json"
+    assert write_back(path, {"A": True}, sidecar) == ["A"]
+    after = path.read_bytes().decode("utf-8")
+    word = "false"
+    assert after == text.replace(f"passes: {word}", "passes: true").replace(
+        f'"passes": {word}', '"passes": true')
+    assert load_prd(path).stories[0].passes is True
