@@ -223,7 +223,7 @@ def _find_stories(data: object, work: _Work) -> list[tuple[Parts, object]]:
     holding = [k for k in present if _holds_stories(data[k], k)]
     if len(holding) > 1:
         where = ", ".join(f"$.{k}" for k in holding)
-        work.problem("$", f"expected one story container; found stories in {where}",)
+        work.problem("$", f"expected one story container; found {where}")
         return []
     if present:
         key = (holding or present)[0]
@@ -286,7 +286,7 @@ def _phase_stories(phases: object, work: _Work) -> list[tuple[Parts, object]]:
             continue
         keys = [k for k in STORY_CONTAINERS if phase.get(k) not in (None, [])]
         if len(keys) > 1:
-            work.problem(pp, "expected one story container in a phase; found stories in "
+            work.problem(pp, "expected one story container in a phase; found "
                          + ", ".join(f"{pp}.{k}" for k in keys))
             continue
         key = keys[0] if keys else "stories"
@@ -360,7 +360,7 @@ def _criteria(story: dict[str, Any], title: Any, work: _Work) -> tuple[Any, str,
         work.rule(key)
         work.tally[f"criteria-key:{key}"] += 1
     if isinstance(value, str) and not value.strip():
-        value = None  # a blank string: no criteria
+        value = None  # a blank string, like an empty list: no criteria
     if isinstance(value, str):
         work.rule("string-criteria")
         work.tally["string-criteria"] += 1

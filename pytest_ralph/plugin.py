@@ -532,7 +532,7 @@ class GateSummary:
                          "--ralph-gate=claims)")
             tr.write_line(line)
         _write_list(tr, self.claimed, f"claimed, not verified ({len(self.claimed)}): pass only "
-                    "because their story says passes: true")
+                    "because their story says passes: true (or a done status)")
         _write_list(tr, self.judged, f"judged passed by the verifier ({len(self.judged)}): "
                     "criterion -- evidence")
 

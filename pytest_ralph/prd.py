@@ -16,6 +16,7 @@ import itertools
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -53,8 +54,9 @@ _SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoad
 
 class _PRDLoader(_SAFE_LOADER):  # type: ignore[valid-type,misc]
     """PyYAML's safe loader (C-accelerated when available) that reads JSON values only:
-    unquoted dates and times (``2024-05-01``) stay strings, numbers are read in JSON's
-    forms only (``010``, ``0x1F``, ``12:30`` and ``.inf`` stay strings), and a mapping key
+    unquoted dates and times (``2024-05-01``) stay strings, numbers and booleans are read
+    in JSON's forms only (``010``, ``0x1F``, ``12:30``, ``.inf``, ``yes`` and ``off`` stay
+    strings), and a mapping key
     written as a plain value is the text as written (``on:`` is the key ``"on"``, not YAML
     1.1's ``true``; ``1:`` is ``"1"``)."""
 
@@ -75,17 +77,21 @@ class _PRDLoader(_SAFE_LOADER):  # type: ignore[valid-type,misc]
         return mapping
 
 
-#: Plain YAML scalars that are numbers: JSON's forms only. YAML 1.1 also reads ``010`` as 8,
-#: ``0x1F`` as 31, ``12:30`` as 750, ``1_000`` as 1000 and ``.inf``; in a PRD those stay
-#: the text as written, so an id ``010`` is ``"010"``.
+#: Plain YAML scalars that are numbers or booleans: JSON's forms only (and ``True``/``TRUE``,
+#: as YAML 1.2 has them). YAML 1.1 also reads ``010`` as 8, ``0x1F`` as 31, ``12:30`` as 750,
+#: ``1_000`` as 1000, ``.inf``, and ``yes``/``no``/``on``/``off`` as booleans; in a PRD those
+#: stay the text as written, so an id ``010`` is ``"010"`` and a title ``No`` is ``"No"``.
 _YAML_INT = re.compile(r"^-?(?:0|[1-9][0-9]*)$")
 _YAML_FLOAT = re.compile(r"^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?$")
+_YAML_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 _NOT_JSON_TAGS = {"tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:int",
-                  "tag:yaml.org,2002:float"}
+                  "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool",
+                  "tag:yaml.org,2002:value"}
 _PRDLoader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag not in _NOT_JSON_TAGS]
     for first, resolvers in _SAFE_LOADER.yaml_implicit_resolvers.items()
 }
+_PRDLoader.add_implicit_resolver("tag:yaml.org,2002:bool", _YAML_BOOL, list("tTfF"))
 _PRDLoader.add_implicit_resolver("tag:yaml.org,2002:int", _YAML_INT, list("-0123456789"))
 _PRDLoader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML_FLOAT, list("-0123456789"))
 
@@ -161,6 +167,9 @@ class PRDError(Exception):
         """A multi-line message: a header naming the file, then one entry per problem."""
         n = len(self.problems)
         head = f"invalid PRD {self.path}: {n} problem{'s' if n != 1 else ''}"
+        if n > MAX_PROBLEMS:  # the last entry says the list was cut
+            head = (f"invalid PRD {self.path}: more than {MAX_PROBLEMS} problems, the first "
+                    "shown")
         return "\n".join([head, *("  " + p.format(self.path) for p in self.problems)])
 
 
@@ -369,6 +378,35 @@ def _read_text(path: Path, max_bytes: int) -> str:
             line, column, hint="save the file as UTF-8")]) from None
 
 
+def _too_many_values() -> Problem:
+    return Problem("$", f"the file holds more than {MAX_VALUES:,} values; expected a PRD "
+                   "under that", hint="split the PRD into several files")
+
+
+def _yaml_values_over_limit(text: str) -> bool:
+    """Whether YAML ``text`` holds more than :data:`MAX_VALUES` values (keys not counted),
+    counted from parser events so that the values are never built: loading millions of
+    them would take minutes and gigabytes. Raises what the parser raises."""
+    n = 0
+    maps: list[list[bool]] = []  # per open collection: [is a mapping, next scalar is a key]
+    for event in yaml.parse(text, Loader=_YAML_LOADER):
+        if isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
+            top = maps[-1] if maps else None
+            if top is not None and top[0]:
+                is_key, top[1] = top[1], not top[1]
+            else:
+                is_key = False
+            if not is_key:
+                n += 1
+                if n > MAX_VALUES:
+                    return True
+            if isinstance(event, yaml.CollectionStartEvent):
+                maps.append([isinstance(event, yaml.MappingStartEvent), True])
+        elif isinstance(event, yaml.CollectionEndEvent):
+            maps.pop()
+    return False
+
+
 def _looks_utf16(raw: bytes) -> bool:
     """UTF-16 text without a byte order mark: every other byte of the start is NUL and the
     start decodes to printable text."""
@@ -384,6 +422,8 @@ def _parse(path: Path, text: str, fmt: str) -> tuple[Any, list[str]]:
     """Parse ``text``; return the data and the keys repeated in an object (JSON only)."""
     if fmt == "yaml":
         try:
+            if len(text) > 2 * MAX_VALUES and _yaml_values_over_limit(text):
+                raise PRDError(path, [_too_many_values()])
             return yaml.load(text, Loader=_YAML_LOADER), []
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
@@ -432,6 +472,8 @@ def _parse(path: Path, text: str, fmt: str) -> tuple[Any, list[str]]:
         before = source[: exc.pos].rstrip()
         if fmt == "json" and re.match(r"\s*(//|/\*)", source[exc.pos:]):
             hint = "comments are not allowed in .json: remove them, or rename the file to .jsonc"
+        elif fmt == "jsonc" and re.match(r"\s*/\*", source[exc.pos:]):
+            hint = "a /* comment that never ends (no */): is the file truncated?"
         elif not source.strip():
             hint = "the file is empty; expected an object with a 'userStories' array"
         elif not source[exc.pos:].strip() or (exc.msg.startswith("Unterminated string")
@@ -496,9 +538,7 @@ def _shape_problems(data: Any, positions: _Positions, fmt: str) -> list[Problem]
         pushed = False
         for key, child in frame[2]:
             if written > MAX_VALUES:
-                return [Problem("$", f"the file holds more than {MAX_VALUES:,} values; expected "
-                                "a PRD under that", None, None,
-                                hint="split the PRD into several files")]
+                return [_too_many_values()]
             if not isinstance(key, (str, int)):
                 problems.append(_at(positions, parts, f"expected text keys; found the key "
                                     f"{json.dumps(key, default=str)} ({_yaml_type(key)})"))
@@ -637,15 +677,19 @@ def strip_jsonc(text: str) -> str:
     """Blank out ``//`` and ``/* */`` comments and trailing commas of JSONC text.
 
     Every removed character becomes a space (newlines are kept), so line and column
-    numbers of the result match the original. Strings are left untouched.
+    numbers of the result match the original. Strings are left untouched. A comma is a
+    trailing one when a value comes before it (``[1,]``, not ``[,]`` or ``[1,,]``, which stay
+    errors); an unterminated ``/*`` is left as it is, so that parsing fails there.
     """
     out = list(text)
     i, n = 0, len(text)
     last_comma: int | None = None
+    after_value = False  # the last significant character ends a value
     while i < n:
         ch = text[i]
         if ch == '"':
             last_comma = None
+            after_value = True
             i += 1
             while i < n and text[i] != '"':
                 i += 2 if text[i] == "\\" else 1
@@ -658,20 +702,27 @@ def strip_jsonc(text: str) -> str:
             continue
         if text.startswith("/*", i):
             end = text.find("*/", i + 2)
-            end = n if end < 0 else end + 2
-            for j in range(i, end):
+            if end < 0:  # unterminated: keep it, the parser reports it
+                break
+            for j in range(i, end + 2):
                 if out[j] != "\n":
                     out[j] = " "
-            i = end
+            i = end + 2
             continue
         if ch == ",":
-            last_comma = i
+            last_comma = i if after_value else None
+            after_value = False
         elif ch in "}]":
             if last_comma is not None:
                 out[last_comma] = " "
             last_comma = None
+            after_value = True
+        elif ch in "[{:":
+            last_comma = None
+            after_value = False
         elif not ch.isspace():
             last_comma = None
+            after_value = True
         i += 1
     return "".join(out)
 
@@ -849,11 +900,6 @@ def _problem(err: jsonschema.ValidationError, where: _Locator) -> Problem:
         msg = (f"invalid id {json.dumps(inst, ensure_ascii=False)}: an id may not contain "
                "whitespace, control characters, '/', '[', ']' or '::' (it becomes part of a "
                "pytest node id)")
-        if any("\u200b" <= ch <= "\u200f" or "\u202a" <= ch <= "\u202e"
-               or "\u2060" <= ch <= "\u2064" or ch == "\ufeff" for ch in str(inst)):
-            msg = (f"invalid id {json.dumps(inst)}: it holds an invisible character (zero-width "
-                   "or a direction mark), so it would look like another id in a node id")
-            hint = "type the id again without it"
     elif kind == "minLength":
         msg = f"expected a non-empty string; found {_describe(inst)}"
     elif kind in ("minimum", "maximum", "exclusiveMinimum"):
@@ -919,6 +965,47 @@ def _check_field_problems(c: dict[str, Any], parts: tuple[str | int, ...],
     return problems
 
 
+def _invisible(text: str) -> bool:
+    """Whether ``text`` holds a character one cannot see that the id pattern of the schema
+    lets through: a format character (zero-width space, direction marks and isolates, soft
+    hyphen, tag characters...) or a C1 control character."""
+    return any(unicodedata.category(ch) in ("Cc", "Cf") and ch not in _ASCII_CONTROLS
+               and not ch.isspace() for ch in text)
+
+
+#: Refused by the schema's id pattern already (as is whitespace).
+_ASCII_CONTROLS = frozenset(map(chr, [*range(32), 127]))
+
+
+def _visible(text: str) -> bool:
+    """Whether ``text`` holds a character one can see."""
+    return any(not ch.isspace() and unicodedata.category(ch) not in ("Cc", "Cf")
+               for ch in text)
+
+
+def _invisible_id(value: str, parts: tuple[str | int, ...], where: _Locator) -> Problem:
+    jp, line, col = where.at(parts)
+    return Problem(jp, f"invalid id {json.dumps(value)}: it holds an invisible character "
+                   "(zero-width, a direction mark, a control character...), so it would look "
+                   "like another id in a node id", line, col,
+                   hint="type the id again without it")
+
+
+def _text_problems(story: dict[str, Any], sp: tuple[str | int, ...],
+                   where: _Locator) -> list[Problem]:
+    """An id with invisible characters, a title with no visible character."""
+    problems = []
+    sid, title = story.get("id"), story.get("title")
+    if isinstance(sid, str) and _invisible(sid):
+        problems.append(_invisible_id(sid, (*sp, "id"), where))
+    # a blank title is the schema's to report; this is one of invisible characters only
+    if isinstance(title, str) and title.strip() and not _visible(title):
+        jp, line, col = where.at((*sp, "title"))
+        problems.append(Problem(jp, f"expected a title with text; found {json.dumps(title)}",
+                                line, col))
+    return problems
+
+
 def _duplicate_id_problems(data: dict[str, Any], where: _Locator) -> list[Problem]:
     """Duplicate story ids, duplicate criterion ids within a story, and check objects the
     schema cannot judge, in the normalized ``data`` (reported with the schema problems)."""
@@ -928,6 +1015,9 @@ def _duplicate_id_problems(data: dict[str, Any], where: _Locator) -> list[Proble
         sid: str = story["id"]
         sp: tuple[str | int, ...] = ("userStories", pos)
         made = " (made from its position: the story has no id)"
+        problems += _text_problems(story, sp, where)
+        if not isinstance(sid, str):
+            continue
         if sid in first_story:
             jp, line, col = where.at((*sp, "id"))
             problems.append(Problem(
@@ -947,6 +1037,12 @@ def _duplicate_id_problems(data: dict[str, Any], where: _Locator) -> list[Proble
             if isinstance(c, dict):
                 problems += _check_field_problems(c, cparts, where)
             explicit = c.get("id") if isinstance(c, dict) else None
+            if isinstance(explicit, str) and _invisible(explicit):
+                problems.append(_invisible_id(explicit, (*cparts, "id"), where))
+            elif isinstance(c, str) and c.strip() and not _visible(c):
+                jp, line, col = where.at(cparts)
+                problems.append(Problem(jp, "expected a criterion with visible text; found "
+                                        f"{json.dumps(c)}", line, col))
             cid = explicit if isinstance(explicit, str) and explicit else f"AC{i + 1}"
             cp, line, col = where.at(cparts)
             if cid in seen:

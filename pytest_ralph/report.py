@@ -256,7 +256,8 @@ def render_report(run: RunRecord) -> str:
         out.append("")
     if claimed:
         out += ["## Claimed, not verified", "",
-                "These text criteria pass only because their story says `passes: true`; no "
+                "These text criteria pass only because their story says `passes: true` (or "
+                "a done `status`); no "
                 "check verified them (map them to commands, or use --ralph-strict).", ""]
         out += [f"- {c.key}: {c.text}" for c in claimed]
         out.append("")

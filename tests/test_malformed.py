@@ -157,7 +157,7 @@ CASES = [
          "$.userStories[0].title", 'expected a title with text; found string "   "', 1, 39),
     Case("stories-in-two-containers.json",
          '{"userStories": [' + STORY + '], "tasks": [{"title": "b"}]}',
-         "$", "expected one story container; found stories in $.userStories, $.tasks", 1, 1),
+         "$", "expected one story container; found $.userStories, $.tasks", 1, 1),
     Case("passes-as-text.json",
          '{"userStories": [{"id": "A", "title": "t", "passes": "true"}]}',
          "$.userStories[0].passes", 'expected true or false; found string "true"', 1, 54,
@@ -246,6 +246,8 @@ def test_thousands_of_problems_are_cut_to_the_first_fifty(tmp_path: Path) -> Non
     assert problems[0].json_path == "$.userStories[0].acceptanceCriteria[0]"
     assert problems[-1].message == ("more problems than the 50 listed; fix these and load the "
                                     "file again")
+    assert info.value.describe().splitlines()[0] == (
+        f"invalid PRD {path}: more than 50 problems, the first shown")
 
 
 def test_more_values_than_the_limit(tmp_path: Path) -> None:
@@ -351,3 +353,70 @@ def test_ralph_loop_refuses_it_as_a_usage_error(pytester: pytest.Pytester, case:
     assert snapshot(path) == before
     assert not (pytester.path / ".pytest_ralph").exists() or not any(
         (pytester.path / ".pytest_ralph").rglob("report*.md"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Found by QA: characters one cannot see, YAML 1.1 booleans, JSONC commas
+
+
+@pytest.mark.parametrize("char", ["\u200b", "\u2066", "\u061c", "\u00ad", "\u009b",
+                                  "\U000e0041", "\ufeff"])
+def test_invisible_characters_in_ids_are_refused(tmp_path: Path, char: str) -> None:
+    path = tmp_path / "prd.json"
+    path.write_text(json.dumps({"userStories": [
+        {"id": f"A{char}", "title": "t"},
+        {"id": "B", "title": "t", "acceptanceCriteria": [{"id": f"c{char}", "run": "true"}]}]}),
+        encoding="utf-8")
+    with pytest.raises(PRDError) as info:
+        load_prd(path)
+    assert [p.json_path for p in info.value.problems] == [
+        "$.userStories[0].id", "$.userStories[1].acceptanceCriteria[0].id"]
+    assert all("it holds an invisible character" in p.message for p in info.value.problems)
+
+
+def test_text_of_invisible_characters_only_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "prd.json"
+    path.write_text(json.dumps({"userStories": [
+        {"id": "A", "title": "\u200b", "acceptanceCriteria": ["ok", "\u200b\u200c"]}]}))
+    with pytest.raises(PRDError) as info:
+        load_prd(path)
+    assert [(p.json_path, p.message) for p in info.value.problems] == [
+        ("$.userStories[0].title", 'expected a title with text; found "\\u200b"'),
+        ("$.userStories[0].acceptanceCriteria[1]",
+         'expected a criterion with visible text; found "\\u200b\\u200c"')]
+
+
+def test_yaml_booleans_are_json_forms_only(tmp_path: Path) -> None:
+    path = tmp_path / "prd.yaml"
+    path.write_text("userStories:\n  - {id: yes, title: No, passes: True, notes: =,"
+                    " acceptanceCriteria: [off]}\n")
+    story = load_prd(path).stories[0]
+    assert (story.id, story.title, story.passes, story.notes) == ("yes", "No", True, "=")
+    assert [c.text for c in story.criteria] == ["off"]
+    path.write_text("userStories:\n  - {id: A, title: t, passes: yes}\n")
+    with pytest.raises(PRDError, match='expected true or false; found string "yes"'):
+        load_prd(path)
+
+
+@pytest.mark.parametrize(("text", "column"), [
+    ('{"userStories": [{"id": "A", "title": "t", "acceptanceCriteria": [,]}]}', 67),
+    ('{"userStories": [{"id": "A", "title": "t", "acceptanceCriteria": ["x",,]}]}', 71),
+])
+def test_jsonc_commas_after_no_value_are_errors(tmp_path: Path, text: str, column: int) -> None:
+    path = tmp_path / "prd.jsonc"
+    path.write_text(text)
+    with pytest.raises(PRDError) as info:
+        load_prd(path)
+    problem = info.value.problems[0]
+    assert (problem.message, problem.line, problem.column) == (
+        "invalid JSON: Expecting value", 1, column)
+
+
+def test_a_large_yaml_file_of_millions_of_values_is_refused_before_it_is_built(
+        tmp_path: Path) -> None:
+    path = tmp_path / "prd.yaml"
+    path.write_text("userStories: []\nmeta: [" + "0," * (MAX_VALUES + 5) + "0]\n")
+    with pytest.raises(PRDError) as info:
+        load_prd(path)
+    assert [p.message for p in info.value.problems] == [
+        "the file holds more than 1,000,000 values; expected a PRD under that"]

@@ -1085,8 +1085,16 @@ def test_strip_jsonc_trailing_commas() -> None:
     assert strip_jsonc("[1, 2]") == "[1, 2]"
 
 
-def test_strip_jsonc_unterminated_block_comment_blanks_to_end() -> None:
-    assert strip_jsonc('{"a": 1} /* open\nx') == '{"a": 1}        \n '
+def test_strip_jsonc_leaves_an_unterminated_block_comment_for_the_parser(tmp_path: Path) -> None:
+    assert strip_jsonc('{"a": 1,} /* open\nx') == '{"a": 1 } /* open\nx'
+    problem = one(fail(write(tmp_path, "prd.jsonc", '{"userStories": []} /* cut')))
+    assert problem.hint == "a /* comment that never ends (no */): is the file truncated?"
+
+
+def test_strip_jsonc_keeps_commas_that_follow_no_value() -> None:
+    assert strip_jsonc("[,]") == "[,]"
+    assert strip_jsonc("[1,,]") == "[1,,]"
+    assert strip_jsonc('{"a": [1, ], }') == '{"a": [1  ]  }'
 
 
 def test_jsonc_positions_match_the_original(tmp_path: Path) -> None:

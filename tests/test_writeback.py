@@ -943,7 +943,7 @@ tasks:
     title: Build
     steps:
       - it builds
-    passes: no
+    passes: false
   - title: No id
     steps: [it runs]
   - id: T-3
@@ -961,7 +961,7 @@ def test_yaml_tasks_with_passes(tmp_path: Path) -> None:
                                                    verdicts, notes)
     _assert_rules(before, "tasks", "position-ids", "steps", "status")
     assert changed == ["T-1", "S2", "T-3"]
-    assert prd.read_text("utf-8") == YAML_TASKS.replace("passes: no", "passes: true")
+    assert prd.read_text("utf-8") == YAML_TASKS.replace("passes: false", "passes: true")
     assert json.loads(sidecar.read_text("utf-8")) == {
         "prd": str(prd), "passes": {"S2": False, "T-3": False}, "notes": notes}
     _assert_same_dialect(prd, before, {"T-1": True}, {})
