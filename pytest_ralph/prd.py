@@ -101,9 +101,9 @@ _YAML_LOADER: type[yaml.SafeLoader] = _PRDLoader
 YAML_LOADER = _YAML_LOADER
 
 #: Most values (strings, numbers, lists, mappings...) a PRD may hold; a PRD of 20,000
-#: criteria holds about 100,000. Beyond this, placing problems and items in the file
-#: would take minutes and gigabytes.
-MAX_VALUES = 1_000_000
+#: criteria holds about 100,000. At this many, loading takes seconds and hundreds of MB
+#: (placing items and problems in the file); far beyond it, minutes and gigabytes.
+MAX_VALUES = 500_000
 
 #: Most problems one PRDError lists (the schema stops looking after this many).
 MAX_PROBLEMS = 50

@@ -256,7 +256,7 @@ def test_more_values_than_the_limit(tmp_path: Path) -> None:
     with pytest.raises(PRDError) as info:
         load_prd(path)
     assert [(p.json_path, p.message, p.hint) for p in info.value.problems] == [
-        ("$", "the file holds more than 1,000,000 values; expected a PRD under that",
+        ("$", f"the file holds more than {MAX_VALUES:,} values; expected a PRD under that",
          "split the PRD into several files")]
 
 
@@ -419,4 +419,4 @@ def test_a_large_yaml_file_of_millions_of_values_is_refused_before_it_is_built(
     with pytest.raises(PRDError) as info:
         load_prd(path)
     assert [p.message for p in info.value.problems] == [
-        "the file holds more than 1,000,000 values; expected a PRD under that"]
+        f"the file holds more than {MAX_VALUES:,} values; expected a PRD under that"]
