@@ -76,7 +76,7 @@ class DialectError(ValueError):
 
     Attributes:
         problems: ``(json_path, message)`` pairs, e.g.
-            ``("$.tasks[2]", "expected a story object with a title; found a string")``;
+            ``("$.tasks[2]", 'expected a story object with a title; found string "x"')``;
             every message says what was expected and what was found.
 
     ``str(error)`` is ``json_path: message``, one problem per line.
@@ -175,7 +175,6 @@ def describe(value: object) -> str:
     return type(value).__name__
 
 
-_kind = describe  # the name the rules below use
 
 
 def _plural(n: int, word: str) -> str:
@@ -217,7 +216,7 @@ def _find_stories(data: object, work: _Work) -> list[tuple[Parts, object]]:
             work.notes.append("no stories: $ is an empty array")
         return [((i,), s) for i, s in enumerate(data)]
     if not isinstance(data, dict):
-        work.problem("$", f"expected {_EXPECTED_TOP}; found {_kind(data)}")
+        work.problem("$", f"expected {_EXPECTED_TOP}; found {describe(data)}")
         return []
     present = [k for k in (*STORY_CONTAINERS, "phases") if k in data]
     holding = [k for k in present if _holds_stories(data[k], k)]
@@ -240,7 +239,7 @@ def _find_stories(data: object, work: _Work) -> list[tuple[Parts, object]]:
             work.rule(key)
             work.notes.append(f"stories under {jp}")
         if not isinstance(value, list):
-            work.problem(jp, f"expected an array of stories; found {_kind(value)}")
+            work.problem(jp, f"expected an array of stories; found {describe(value)}")
             return []
         if not value:
             work.notes.append(f"no stories: {jp} is empty")
@@ -275,14 +274,14 @@ def _phase_stories(phases: object, work: _Work) -> list[tuple[Parts, object]]:
     work.stories_path = "$.phases[].stories"
     if not isinstance(phases, list):
         work.problem("$.phases", "expected an array of phases, each an object with a "
-                     f"'stories' array; found {_kind(phases)}")
+                     f"'stories' array; found {describe(phases)}")
         return []
     stories: list[tuple[Parts, object]] = []
     for p, phase in enumerate(phases):
         pp = f"$.phases[{p}]"
         if not isinstance(phase, dict):
             work.problem(pp, f"expected a phase object with a 'stories' array; found "
-                         f"{_kind(phase)}")
+                         f"{describe(phase)}")
             continue
         keys = [k for k in STORY_CONTAINERS if phase.get(k) not in (None, [])]
         if len(keys) > 1:
@@ -294,7 +293,7 @@ def _phase_stories(phases: object, work: _Work) -> list[tuple[Parts, object]]:
         if value is None:
             value = []
         if not isinstance(value, list):
-            work.problem(f"{pp}.{key}", f"expected an array of stories; found {_kind(value)}")
+            work.problem(f"{pp}.{key}", f"expected an array of stories; found {describe(value)}")
             continue
         if key != "stories":
             work.notes.append(f"stories of {pp} under {pp}.{key}")
@@ -424,7 +423,7 @@ def _passes(story: dict[str, Any], jp: str, work: _Work) -> Any:
     status = story["status"]
     if not isinstance(status, str):
         work.problem(f"{jp}.status", "expected a string such as 'done' or 'open'; found "
-                     f"{_kind(status)}")
+                     f"{describe(status)}")
         return False
     work.rule("status")
     done = status.strip().lower() in DONE_STATUSES
@@ -489,7 +488,8 @@ def _header(data: object, work: _Work) -> dict[str, Any]:
 def _story(raw: object, parts: Parts, position: int,
            work: _Work) -> tuple[dict[str, Any], Origin] | None:
     if not isinstance(raw, dict):
-        work.problem(json_path(parts), f"expected a story object with a title; found {_kind(raw)}")
+        work.problem(json_path(parts),
+                     f"expected a story object with a title; found {describe(raw)}")
         return None
     title = _title(raw, work)
     criteria, criteria_key, from_title = _criteria(raw, title, work)

@@ -285,10 +285,6 @@ def _dialect_hint(message: str) -> str:
     if message.startswith("no stories found"):
         return ('a PRD is {"userStories": [{"id": "US-1", "title": "...", '
                 '"acceptanceCriteria": ["..."]}]}')
-    if "found a string \"" in message and "P0..P9" in message:
-        return "use an integer such as 1, or high/medium/low"
-    if message.startswith("expected true or false; found a string"):
-        return "write true or false without quotes"
     return ""
 
 
