@@ -10,7 +10,9 @@ from __future__ import annotations
 TYPE_CHECKING = False  # typing is not imported at run time: the Stop hook imports this package
 __version__ = "0.1.0"
 
-__all__ = ["PRD", "Criterion", "PRDError", "Problem", "Story", "__version__", "load_prd"]
+__all__ = ["GO_ON", "PRD", "Check", "CheckResult", "Criterion", "HookError", "LoopHooks",
+           "PRDError", "Problem", "StopContext", "StopDecision", "Story", "__version__",
+           "load_prd"]
 
 _LAZY = {
     "PRD": "pytest_ralph.model",
@@ -19,11 +21,20 @@ _LAZY = {
     "PRDError": "pytest_ralph.prd",
     "Problem": "pytest_ralph.prd",
     "load_prd": "pytest_ralph.prd",
+    "Check": "pytest_ralph.checks",
+    "CheckResult": "pytest_ralph.checks",
+    "GO_ON": "pytest_ralph.loophooks",
+    "HookError": "pytest_ralph.loophooks",
+    "LoopHooks": "pytest_ralph.loophooks",
+    "StopContext": "pytest_ralph.loophooks",
+    "StopDecision": "pytest_ralph.loophooks",
 }
 
 if TYPE_CHECKING:
     from typing import Any
 
+    from .checks import Check, CheckResult
+    from .loophooks import GO_ON, HookError, LoopHooks, StopContext, StopDecision
     from .model import PRD, Criterion, Story
     from .prd import PRDError, Problem, load_prd
 

@@ -58,7 +58,7 @@ from .checkrun import (
     private_bytecode,
     pytest_command,
 )
-from .model import Criterion, Story, fold_text
+from .model import CRITERION_KINDS, Criterion, Story, fold_text
 from .prd import _default_text
 from .process import Finished, read_tail, run_in_group
 
@@ -945,6 +945,28 @@ class PythonCheck:
                 "expected a function to call")
 
 
+class UnknownKindCheck:
+    """A criterion of a kind that no plugin provides (``{"kind": "wordcount", ...}`` with no
+    ``pytest_ralph_make_check`` implementation for it): it always fails, naming the kind.
+
+    Args:
+        criterion: the criterion.
+    """
+
+    def __init__(self, criterion: Criterion) -> None:
+        self.criterion = criterion
+
+    def run(self) -> CheckResult:
+        """Fail with what is missing and how to provide it."""
+        c = self.criterion
+        return CheckResult(False, (
+            f"no check for the kind {c.kind!r} of {c.key} ({c.json_path}): no installed plugin "
+            "or conftest.py returns a check for it from the pytest_ralph_make_check hook; "
+            f"expected a built-in kind ({', '.join(k for k in CRITERION_KINDS if k != 'text')}) "
+            "or a plugin's. Install the plugin that provides it, or implement "
+            "pytest_ralph_make_check in conftest.py"))
+
+
 def make_check(criterion: Criterion, story: Story, *, rootdir: Path, strict: bool = False,
                default_timeout: float = DEFAULT_CHECK_TIMEOUT,
                text_checks: Mapping[str, str] | None = None, verifier: str | None = None,
@@ -996,6 +1018,8 @@ def make_check(criterion: Criterion, story: Story, *, rootdir: Path, strict: boo
     if criterion.kind == "python":
         return PythonCheck(spec["python"], rootdir.absolute(),
                            criterion.timeout or default_timeout)
+    if criterion.kind != "text":
+        return UnknownKindCheck(criterion)
     command = (text_checks or {}).get(fold_text(criterion.text))
     if command is not None:
         return RunCheck(command, rootdir.absolute(), default_timeout)

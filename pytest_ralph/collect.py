@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from .checks import CheckResult, make_check
+from .checks import CheckResult
+from .loophooks import HookError
 from .model import Criterion, Story
 from .prd import PRDError, load_prd
 
@@ -55,6 +56,7 @@ class PRDFile(pytest.File):
             if not prd.stories:
                 notes: list[str] = self.config.stash.setdefault(EMPTY_PRDS, [])
                 notes.append(f"{self.path}: {no_stories_message(prd)}")
+        self.config.hook.pytest_ralph_prd_loaded(prd=prd, config=self.config)
         for story in prd.stories:
             yield StoryCollector.from_parent(self, name=story.id, story=story)
 
@@ -97,12 +99,19 @@ class CriterionItem(pytest.Item):
         from .plugin import get_settings
 
         settings = get_settings(self.config)
-        check = make_check(self.criterion, self.story, rootdir=self.config.rootpath,
-                           strict=settings.strict, default_timeout=settings.check_timeout,
-                           text_checks=dict(settings.checks), verifier=settings.verifier,
-                           verifier_source=settings.sources.get("verifier", "ini ralph_verifier"),
-                           prd=self.path)
+        check = self.config.hook.pytest_ralph_make_check(
+            criterion=self.criterion, story=self.story, prd_path=self.path, config=self.config)
+        if not callable(getattr(check, "run", None)):
+            raise HookError(
+                f"pytest_ralph_make_check returned {check!r} for {self.criterion.key} (kind "
+                f"{self.criterion.kind!r}); expected an object with a run() method that returns "
+                "a pytest_ralph.CheckResult, or None")
         result = check.run()
+        if not isinstance(result, CheckResult):
+            raise HookError(
+                f"the check {type(check).__qualname__} that pytest_ralph_make_check made for "
+                f"{self.criterion.key} returned {result!r} from run(); expected a "
+                "pytest_ralph.CheckResult(passed, message)")
         if result.kind:  # decided by another kind of check (the verifier): report that kind
             self.user_properties[:] = [(k, result.kind if k == PROP_KIND else v)
                                        for k, v in self.user_properties]
@@ -125,6 +134,8 @@ class CriterionItem(pytest.Item):
         """The check's own failure text (what was expected, what was found)."""
         if isinstance(excinfo.value, CriterionFailed):
             return excinfo.value.result.message
+        if isinstance(excinfo.value, HookError):
+            return str(excinfo.value)
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:

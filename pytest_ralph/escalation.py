@@ -88,12 +88,14 @@ class StoryState:
     blocked_at: int = 0
 
 
-def story_states(steps: Iterable[Step], *, breaker: int,
-                 max_iterations: int | None) -> dict[str, StoryState]:
+def story_states(steps: Iterable[Step], *, breaker: int, max_iterations: int | None,
+                 normalize: bool = True) -> dict[str, StoryState]:
     """Replay ``steps`` (oldest first) and return each worked-on story's state.
 
     Args:
         steps: the iterations of the run (the baseline left out).
+        normalize: normalize the failure texts before fingerprinting them; false when they
+            already are fingerprint texts (see :func:`pytest_ralph.fingerprint.fingerprint`).
         breaker: same-fingerprint iterations in a row that block a story.
         max_iterations: iterations on one story that block it, or ``None`` for no limit.
     """
@@ -109,7 +111,8 @@ def story_states(steps: Iterable[Step], *, breaker: int,
         if st.blocked:
             continue
         prefix = step.story + "::"
-        fp = fingerprint([(k, m) for k, m in step.failures if k.startswith(prefix)])
+        fp = fingerprint([(k, m) for k, m in step.failures if k.startswith(prefix)],
+                         normalize=normalize)
         st.worked.append(step.n)
         st.streak = st.streak + 1 if (step.tampered or fp == st.fingerprint) else 1
         st.fingerprint = fp

@@ -36,13 +36,15 @@ def normalize_failure(text: str) -> str:
     return text.strip()
 
 
-def fingerprint(failures: Iterable[tuple[str, str]]) -> str:
+def fingerprint(failures: Iterable[tuple[str, str]], *, normalize: bool = True) -> str:
     """A 16-hex-digit digest of the set of (criterion key, failure text) pairs.
 
-    Order and repeats do not matter; texts are normalized first. The empty set
-    (nothing failing) has a fingerprint too.
+    Order and repeats do not matter; texts are normalized first (:func:`normalize_failure`)
+    unless ``normalize`` is false (they already are fingerprint texts, e.g. from the
+    ``pytest_ralph_fingerprint`` hook). The empty set (nothing failing) has a fingerprint too.
     """
-    items = sorted({(key, normalize_failure(text)) for key, text in failures})
+    items = sorted({(key, normalize_failure(text) if normalize else text)
+                    for key, text in failures})
     h = hashlib.sha256()
     for key, text in items:
         h.update(key.encode("utf-8") + b"\0" + text.encode("utf-8") + b"\0\0")

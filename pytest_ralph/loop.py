@@ -47,9 +47,10 @@ from .escalation import (
     state_dump,
     story_states,
 )
-from .fingerprint import fingerprint
+from .fingerprint import fingerprint, normalize_failure
 from .gitdiff import diff_stat, tree_snapshot
 from .history import DB_NAME, History, HistoryError, StoredIteration, StoredRun
+from .loophooks import HookError, LoopHooks, StopContext
 from .model import PRD, Story, fold_text, slugify
 from .oracle import (
     Change,
@@ -66,7 +67,6 @@ from .prompt import (
     NO_CHANGE,
     PROGRESS_CHARS,
     PromptContext,
-    build_prompt,
     pick_story,
     same_failure_counts,
     template_path,
@@ -143,6 +143,9 @@ class IterationRecord:
     flaky: tuple[str, ...] = ()
     blocked: dict[str, str] = field(default_factory=dict)
     diff: str = ""
+    #: (criterion key, fingerprint text) of each failure, once computed (see Loop._signature).
+    signature: tuple[tuple[str, str], ...] | None = field(default=None, compare=False,
+                                                          repr=False)
 
     @property
     def passing(self) -> int:
@@ -275,14 +278,20 @@ class Loop:
         deselect: node id prefixes deselected with ``--deselect``.
         new_run: start a new run even when the last one can be resumed (``--ralph-new``).
         pythonpath: the folders of ini ``pythonpath`` (absolute), for the oracle guard.
+        hooks: the extension points (:class:`pytest_ralph.loophooks.LoopHooks`; the pytest
+            layer passes one that asks the ``pytest_ralph_*`` hooks); built-in behaviour when
+            ``None``.
     """
 
     def __init__(self, settings: Settings, *, rootdir: Path, inifile: Path | None,
                  out: TextIO = sys.stdout, python: str = sys.executable, keyword: str = "",
                  markexpr: str = "", junitxml: Path | None = None,
                  deselect: tuple[str, ...] = (), new_run: bool = False,
-                 pythonpath: tuple[Path, ...] = ()) -> None:
+                 pythonpath: tuple[Path, ...] = (), hooks: LoopHooks | None = None) -> None:
         self.settings = settings
+        self.hooks = hooks or LoopHooks()
+        #: The run of the last :meth:`run` (``None`` before one started), for inspection.
+        self.last_run: RunRecord | None = None
         self.rootdir = rootdir
         self.inifile = inifile
         self.out = out
@@ -357,6 +366,10 @@ class Loop:
                 raise LoopUsageError(f"no story {', '.join(unknown)} (from "
                                      f"{s.sources.get('story')}) in {prd.path} (its stories: "
                                      f"{', '.join(known)})")
+        try:
+            self.hooks.prd_loaded(prd)
+        except PRDError as exc:
+            raise LoopUsageError(exc.describe()) from None
         return prd
 
     def _resolve_agent(self) -> list[str]:
@@ -437,7 +450,8 @@ class Loop:
         prompt_file = self.settings.dir / "runs" / "<run id>" / "iteration-001" / "prompt.md"
         ctx = PromptContext(prd, fake, 1, self.settings.max_iterations, self.rootdir,
                             StateDir(self.settings.dir).read_progress_tail(PROGRESS_CHARS))
-        prompt = build_prompt(self._template(), ctx)
+        prompt = self.hooks.build_prompt(self._template(), ctx)
+        argv = self.hooks.agent_command(list(argv), 1, pick_story(prd, fake))
         note = (f"\n{self._selection()} is applied by the baseline check, which a dry run does "
                 "not run: the prompt below covers every criterion of the selected stories."
                 if self._selection() else "")
@@ -541,6 +555,7 @@ class Loop:
             else:
                 run.warnings += self._lost_runs(state, prd, run.run_dir.id)
             self._begin(run)
+        self.last_run = run
         for note in dict.fromkeys(self._notes):
             self._warn(run, note)
         selected = self._selected(prd)
@@ -561,6 +576,9 @@ class Loop:
         try:
             with _sigterm_as_interrupt():
                 code = self._iterate(run, state, argv)
+        except HookError as exc:  # a plugin's or conftest.py's hook failed
+            code = self._stop(run, "crashed", EXIT_INTERNAL,
+                              f"{exc}; fix it, then `pytest --ralph` resumes this run")
         except (KeyboardInterrupt, Interrupted, Cancelled) as exc:
             n = len(run.iterations)
             where = f"iteration {n}" if n else "the baseline check"
@@ -699,8 +717,10 @@ class Loop:
             started = _now()
             folder = run.run_dir.iteration_dir(n)
             story, prompt = self._next_prompt(run, state, template, n)
+            agent_argv = self.hooks.agent_command(list(argv), n, story)
+            self.hooks.before_iteration(n, story, prompt, agent_argv)
             before = tree_snapshot(self.rootdir)
-            agent_run = run_agent(argv, prompt=prompt, prompt_file=folder / "prompt.md",
+            agent_run = run_agent(agent_argv, prompt=prompt, prompt_file=folder / "prompt.md",
                                   cwd=self.rootdir, timeout=self._agent_timeout(),
                                   log_path=folder / "agent.log",
                                   env={"PYTEST_RALPH_ITERATION": str(n),
@@ -777,7 +797,7 @@ class Loop:
         prev = run.last.results
         held = run.blocked
         story = pick_story(prd, prev, held)
-        prompt = self._redactor.text(build_prompt(template, PromptContext(
+        prompt = self._redactor.text(self.hooks.build_prompt(template, PromptContext(
             prd, prev, n, s.max_iterations, self.rootdir,
             state.read_progress_tail(PROGRESS_CHARS),
             repeats=_repeats(run),
@@ -833,36 +853,24 @@ class Loop:
             cur.streak, cur.last_fp = 0, None
         self._print_block(run, rec)
         state.append_progress(self._redactor.text(self._progress_entry(run, rec)))
+        self.hooks.after_iteration(n, results, agent_run, rec.story)
         if results.complete:
             return self._stop(run, "complete", EXIT_COMPLETE,
                               f"every criterion passes ({len(results.criteria)}/"
                               f"{len(results.criteria)})")
-        if error_streak >= s.agent_errors:
-            return self._stop(run, "agent-error", EXIT_AGENT_ERROR,
-                              f"the agent did not run properly in "
-                              f"{plural(error_streak, 'iteration')} in a row (last: "
-                              f"{agent_run.describe()}); see "
-                              f"{agent_run.log_path}")
-        if all_blocked:
-            why_blocked = ("every remaining story is blocked (" + "; ".join(
-                f"{sid}: {rec.blocked[sid]}" for sid in sorted(failing_stories)) + ")")
-            if streak >= s.breaker:
-                span = f"iterations {n - streak + 1}-{n}" if streak > 1 else f"iteration {n}"
-                why_blocked = (f"circuit breaker: the same failure (fingerprint {fp}) in "
-                               f"{plural(streak, 'iteration')} in a row ({span}); "
-                               + why_blocked)
-            run.pending_escalation = ("all-blocked", sorted(failing_stories))
-            return self._stop(run, "breaker", EXIT_BREAKER,
-                              why_blocked + self._tampered(run))
+        decision = self.hooks.should_stop(StopContext(
+            iteration=n, max_iterations=s.max_iterations, results=results, agent=agent_run,
+            story=rec.story, fingerprint=fp, streak=streak, breaker=s.breaker,
+            error_streak=error_streak, agent_errors=s.agent_errors, blocked=dict(rec.blocked),
+            newly_blocked=tuple(newly), all_blocked=all_blocked))
+        if decision.stop:
+            if decision.escalate:
+                run.pending_escalation = (decision.escalate,
+                                          sorted({c.story for c in results.failing}))
+            return self._stop(run, decision.status, decision.exit_code,
+                              decision.reason + self._tampered(run))
         if newly:
             self._escalate(run, "story-blocked", newly)
-        elif streak >= s.breaker:
-            span = f"iteration {n}" if streak == 1 else f"iterations {n - streak + 1}-{n}"
-            run.pending_escalation = ("breaker", sorted({c.story for c in results.failing}))
-            return self._stop(run, "breaker", EXIT_BREAKER,
-                              f"circuit breaker: the same failure (fingerprint {fp}) in "
-                              f"{plural(streak, 'iteration')} in a row ({span}); the agent "
-                              "is not making progress" + self._tampered(run))
         return None
 
     def _at_limit(self, run: RunRecord) -> int:
@@ -998,11 +1006,11 @@ class Loop:
         """Stories blocked once ``rec`` is added to ``run``."""
         its = [*run.iterations[1:], rec]
         steps = [Step(it.n, it.story, it.agent is not None and it.agent.ran,
-                      tuple((k, m) for k, m in it.results.failures() if k not in run.flaky),
+                      tuple((k, t) for k, t in self._signature_of(it) if k not in run.flaky),
                       bool(it.changes) and not self.settings.allow_criteria_edits,
                       it.agent.outcome if it.agent else "")
                  for it in its]
-        return blocked(story_states(steps, breaker=self.settings.breaker,
+        return blocked(story_states(steps, breaker=self.settings.breaker, normalize=False,
                                     max_iterations=self.settings.story_max_iterations))
 
     def _escalate(self, run: RunRecord, event: str, stories: list[str],
@@ -1196,9 +1204,24 @@ class Loop:
             if c.key in passed and c.key in first else c for c in results.criteria)
         return replace(results, criteria=criteria), flaky
 
+    def _signature(self, results: CheckResults) -> list[tuple[str, str]]:
+        """(criterion key or ``<check>``, fingerprint text) of every failure of ``results``:
+        the text is the ``pytest_ralph_fingerprint`` hook's (built in: the normalized
+        message)."""
+        out = [(r.key, self.hooks.failure_fingerprint(r)) for r in results.failing]
+        out += [("<check>", normalize_failure(e)) for e in results.errors]
+        return out
+
+    def _signature_of(self, it: IterationRecord) -> tuple[tuple[str, str], ...]:
+        """:meth:`_signature` of an iteration's results, computed once."""
+        if it.signature is None:
+            it.signature = tuple(self._signature(it.results))
+        return it.signature
+
     def _fingerprint(self, run: RunRecord, results: CheckResults) -> str:
         """The breaker's fingerprint of ``results``: criteria found flaky are left out."""
-        return fingerprint([(k, m) for k, m in results.failures() if k not in run.flaky])
+        return fingerprint([(k, t) for k, t in self._signature(results) if k not in run.flaky],
+                           normalize=False)
 
     def _reload(self, run: RunRecord) -> PRD:
         """The PRD as it is now (the agent may edit it); the last good one if it is broken."""
@@ -1477,3 +1500,6 @@ def run_loop(loop: Loop, *, dry_run: bool, err: Callable[[str], None]) -> int:
     except NoCriteria as exc:
         err(f"pytest-ralph: {exc}")
         return EXIT_NO_CRITERIA
+    except HookError as exc:
+        err(f"pytest-ralph: {exc}")
+        return EXIT_INTERNAL

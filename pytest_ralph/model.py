@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: Criterion kinds known to this version. ``"text"`` is a plain-string criterion.
+#: Criterion kinds built into this version. ``"text"`` is a plain-string criterion; any other
+#: kind is a plugin's (a check object with ``"kind": NAME``).
 CRITERION_KINDS = ("run", "pytest", "exists", "file", "sql", "schema", "python", "text")
 
 
@@ -30,8 +31,9 @@ class Criterion:
         kind: ``"run"`` (shell command, passes on exit 0), ``"pytest"`` (node ids or paths),
             ``"exists"`` (a path), ``"file"`` (a file, optionally ``contains`` a regex),
             ``"sql"`` (a SQLite query and its expected result), ``"schema"`` (a file that
-            must match a JSON Schema), ``"python"`` (``module:function``) or ``"text"`` (no
-            check: claimed).
+            must match a JSON Schema), ``"python"`` (``module:function``), ``"text"`` (no
+            check: claimed), or the name of a kind a plugin or ``conftest.py`` provides (an
+            object with ``"kind": NAME``; see ``pytest_ralph_make_check``).
         command: the shell command of a ``run`` criterion, else ``None``.
         timeout: seconds a ``run`` command may take, or ``None`` for the default.
         cwd: working directory of a ``run`` command, relative to the rootdir.

@@ -45,11 +45,24 @@ from .prd import PRD_FILE_NAMES, PRD_FORMATS, discover_prd
 from .results import CriterionResult, write_results
 from .settings import SPECS, Settings, SettingsError, describe, resolve
 
+pytest_plugins = ["pytest_ralph.dbfixture", "pytest_ralph.fixtures"]
+
 SETTINGS = pytest.StashKey[Settings]()
 
 #: Above this many failing criteria, each gets one summary line instead of a failure section.
 COMPACT_AFTER = 50
 DISCOVERED_PRD = pytest.StashKey[Path]()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Add the ``pytest_ralph_*`` hook specifications (:mod:`pytest_ralph.hookspecs`) and
+    register their built-in ``trylast`` implementations (:mod:`pytest_ralph.hookimpls`)."""
+    from . import hookspecs
+    from .hookimpls import BUILTIN_PLUGIN, BuiltinHooks
+
+    pluginmanager.add_hookspecs(hookspecs)
+    if not pluginmanager.has_plugin(BUILTIN_PLUGIN):
+        pluginmanager.register(BuiltinHooks(), BUILTIN_PLUGIN)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -193,6 +206,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
         if config.getoption(flag, False):
             raise pytest.UsageError(f"pytest-ralph: {name} cannot be used with --ralph ({hint})")
     settings = _positional_prd(config, get_settings(config))
+    from .hookimpls import ConfigHooks
     from .loop import EXIT_INTERNAL, Loop, run_loop
 
     xml = config.getoption("xmlpath", None)
@@ -202,7 +216,8 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
                 junitxml=(config.invocation_params.dir / xml).resolve() if xml else None,
                 deselect=tuple(config.getoption("deselect", None) or ()),
                 new_run=bool(config.getoption("ralph_new")),
-                pythonpath=tuple(Path(p) for p in _ini_pythonpath(config)))
+                pythonpath=tuple(Path(p) for p in _ini_pythonpath(config)),
+                hooks=ConfigHooks(config))
     try:
         return run_loop(loop, dry_run=bool(config.getoption("ralph_dry_run")), err=_err)
     except Exception:

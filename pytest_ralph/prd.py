@@ -849,6 +849,10 @@ _TYPE_NAMES = {"object": "an object", "array": "an array", "string": "a string",
                "integer": "an integer", "number": "a number", "boolean": "true or false",
                "null": "null"}
 
+#: The branch of a check object of a kind a plugin provides (``{"kind": ...}``) in the
+#: schema's criterion ``anyOf``.
+CUSTOM_BRANCH = 8
+
 #: Check key -> (criterion kind, index of its branch in the schema's criterion ``anyOf``).
 CHECK_KEYS: dict[str, tuple[str, int]] = {
     "run": ("run", 1), "testCommand": ("run", 1), "pytest": ("pytest", 2),
@@ -890,6 +894,14 @@ def _problem(err: jsonschema.ValidationError, where: _Locator) -> Problem:
     elif kind == "pattern" and list(err.absolute_path)[-1:] == ["python"]:
         msg = f"expected 'module:function'; found {_describe(inst)}"
         hint = 'e.g. "myapp.checks:login_works"'
+    elif list(err.absolute_path)[-1:] == ["kind"] and kind in ("pattern", "maxLength", "not"):
+        if kind == "not":
+            msg = (f"kind {json.dumps(inst)} is a built-in check kind; 'kind' names a check "
+                   "kind that a plugin or conftest.py provides")
+            hint = f'write the built-in check without \'kind\', e.g. {{"{inst}": ...}}'
+        else:
+            msg = (f"expected a check kind name (a letter, then letters, digits, '_', '.' or "
+                   f"'-', at most 100 characters); found {_describe(inst)}")
     elif kind == "pattern" and list(err.absolute_path)[-1:] == ["title"]:
         msg = f"expected a title with text; found {_describe(inst)}"
     elif kind == "pattern":
@@ -918,6 +930,10 @@ def _criterion_problems(err: jsonschema.ValidationError, where: _Locator) -> lis
     inst = err.instance
     known = ", ".join(repr(k) for k in _CHECK_KEYS)
     present = [k for k in _CHECK_KEYS if isinstance(inst, dict) and k in inst]
+    if isinstance(inst, dict) and "kind" in inst:  # a plugin's kind: its fields are its own
+        sub = [e for e in err.context or [] if e.relative_schema_path[0] == CUSTOM_BRANCH]
+        if sub:
+            return [_problem(e, where) for e in sub]
     if present:
         # A check object with bad fields: report every error of its kind's branch, each
         # at the field it is about.
@@ -926,8 +942,8 @@ def _criterion_problems(err: jsonschema.ValidationError, where: _Locator) -> lis
         if sub:
             return [_problem(e, where) for e in sub]
     if isinstance(inst, dict):
-        msg = (f"expected a criterion: a string, or an object with one check key ({known}); "
-               f"found {_describe(inst)}")
+        msg = (f"expected a criterion: a string, or an object with one check key ({known}) or "
+               f"with the 'kind' of a plugin's check; found {_describe(inst)}")
         hint = "write the criterion as text, or add a check key such as 'run'"
     else:
         msg = (f"expected a criterion: a non-empty string, or an object with one check key "
@@ -940,7 +956,9 @@ def _check_field_problems(c: dict[str, Any], parts: tuple[str | int, ...],
                           where: _Locator) -> list[Problem]:
     """Problems the schema cannot see in one check object: several check kinds at once
     (``run`` and ``testCommand`` are one kind), a ``contains`` that is not a regex."""
-    problems = []
+    problems: list[Problem] = []
+    if "kind" in c:  # a plugin's kind: its fields are its own
+        return problems
     cp, line, col = where.at(parts)
     kinds = sorted({CHECK_KEYS[k][0] for k in c if k in CHECK_KEYS})
     if len(kinds) > 1:
@@ -1070,6 +1088,9 @@ def _build(path: Path, fmt: str, normalized: Normalized, where: _Locator) -> PRD
 
 def _default_text(kind: str, c: dict[str, Any]) -> str:
     """The headline of a check object that has no ``text``."""
+    if "kind" in c:  # a plugin's kind: its name and its fields
+        fields = {k: v for k, v in c.items() if k not in ("id", "text", "kind")}
+        return f"{kind} {json.dumps(fields, ensure_ascii=False)}" if fields else kind
     if kind == "run":
         return str(c.get("run", c.get("testCommand")))
     if kind == "pytest":
@@ -1098,14 +1119,16 @@ def _build_stories(raw: list[dict[str, Any]], where: _Locator) -> Iterator[Story
                 criteria.append(Criterion(sid, i, f"AC{i}", c, "text", json_path=cp, line=line,
                                           synthesized=from_title))
                 continue
-            key = next(k for k in _CHECK_KEYS if k in c)
-            kind = CHECK_KEYS[key][0]
-            timeout = c.get("timeout")
-            command = c.get("run", c.get("testCommand"))
+            if "kind" in c:  # a plugin's kind: every field is its own
+                kind, timeout, command = c["kind"], None, None
+            else:
+                kind = CHECK_KEYS[next(k for k in _CHECK_KEYS if k in c)][0]
+                timeout = c.get("timeout")
+                command = c.get("run", c.get("testCommand"))
             criteria.append(Criterion(
                 sid, i, c.get("id") or f"AC{i}", c.get("text") or _default_text(kind, c), kind,
                 command=command, timeout=float(timeout) if timeout is not None else None,
-                cwd=c.get("cwd"), json_path=cp, line=line,
+                cwd=None if "kind" in c else c.get("cwd"), json_path=cp, line=line,
                 spec={k: v for k, v in c.items() if k not in ("id", "text")}))
         jp, line, _ = where.at(sp)
         yield Story(

@@ -65,7 +65,7 @@ from pathlib import Path
 
 from .checks import VERIFIER_KIND
 from .fingerprint import normalize_failure
-from .model import PRD, Criterion, Story
+from .model import CRITERION_KINDS, PRD, Criterion, Story
 from .results import CheckResults, CriterionResult
 
 #: Characters of failure text kept per failing criterion.
@@ -297,6 +297,10 @@ def _check_line(c: Criterion | None, r: CriterionResult, done_key: str = "passes
         return f"check: `{c.spec['instance']}` must be valid against `{c.spec['schema']}`"
     if c is not None and c.kind == "python":
         return f"check: `{c.spec['python']}()` must not raise or return False"
+    if c is not None and c.kind not in CRITERION_KINDS:
+        fields = {k: v for k, v in c.spec.items() if k != "kind"}
+        return (f"check: `{c.kind}`, a check kind from a plugin or conftest.py, with "
+                f"{json.dumps(fields, ensure_ascii=False)}")
     if r.kind == VERIFIER_KIND:
         return "check: judged by the verifier command (ini ralph_verifier); see its evidence"
     if c is not None and c.kind == "text" and not r.claimed and r.kind == "text":

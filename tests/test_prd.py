@@ -675,8 +675,8 @@ def test_criterion_object_without_check_key(
     assert problem.json_path == "$.userStories[0].acceptanceCriteria[1]"
     assert problem.message == (
         "expected a criterion: a string, or an object with one check key "
-        "('run', 'testCommand', 'pytest', 'exists', 'file', 'sql', 'schema', 'python'); "
-        f"found {found}"
+        "('run', 'testCommand', 'pytest', 'exists', 'file', 'sql', 'schema', 'python') or "
+        f"with the 'kind' of a plugin's check; found {found}"
     )
     assert problem.hint == "write the criterion as text, or add a check key such as 'run'"
     assert (problem.line, problem.column) == (3, 3)

@@ -1,0 +1,171 @@
+"""The built-in implementations of the ``pytest_ralph_*`` hooks, and the bridge that lets the
+loop controller call the hooks.
+
+* :class:`BuiltinHooks` is registered as the plugin ``ralph-builtin-hooks``; each of its
+  methods is a ``trylast`` implementation, so an implementation in a ``conftest.py`` or an
+  installed plugin that returns a value replaces it.
+* :class:`ConfigHooks` is the :class:`pytest_ralph.loophooks.LoopHooks` the plugin hands to
+  the loop: each extension point calls its hook through ``config.hook`` and checks what comes
+  back.
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .fingerprint import normalize_failure
+from .loophooks import HookError, LoopHooks, StopContext, StopDecision, decide_stop
+from .prompt import PromptContext, build_prompt
+
+if TYPE_CHECKING:
+    from .agent import AgentRun
+    from .checks import Check
+    from .model import PRD, Criterion, Story
+    from .results import CheckResults, CriterionResult
+
+#: The name :class:`BuiltinHooks` is registered under.
+BUILTIN_PLUGIN = "ralph-builtin-hooks"
+
+
+def _expect(hook: str, value: Any, what: str, ok: bool) -> None:
+    """Raise :class:`~pytest_ralph.loophooks.HookError` naming ``hook`` unless ``ok``.
+
+    Raises:
+        HookError: the value is not what the hook must return.
+    """
+    if not ok:
+        shown = repr(value)
+        shown = shown if len(shown) <= 200 else shown[:200] + "..."
+        raise HookError(f"a {hook} implementation returned {shown} ({type(value).__name__}); "
+                        f"expected {what} or None")
+
+
+def _raised(hook: str, exc: Exception) -> HookError:
+    """A :class:`~pytest_ralph.loophooks.HookError` saying that an implementation of
+    ``hook`` raised ``exc``, and where (the innermost frame)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames \
+        else ""
+    return HookError(f"a {hook} implementation raised {type(exc).__name__}: {exc}{where}")
+
+
+class BuiltinHooks:
+    """pytest-ralph's own behaviour, as ``trylast`` hook implementations."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_ralph_make_check(self, criterion: Criterion, story: Story, prd_path: Path,
+                                config: pytest.Config) -> Check:
+        """The built-in check kinds (:func:`pytest_ralph.checks.make_check`) with the
+        session's settings."""
+        from .checks import make_check
+        from .plugin import get_settings
+
+        settings = get_settings(config)
+        return make_check(criterion, story, rootdir=config.rootpath, strict=settings.strict,
+                          default_timeout=settings.check_timeout,
+                          text_checks=dict(settings.checks), verifier=settings.verifier,
+                          verifier_source=settings.sources.get("verifier",
+                                                               "ini ralph_verifier"),
+                          prd=prd_path)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_ralph_build_prompt(self, context: PromptContext, template: str) -> str:
+        """The template filled in by :func:`pytest_ralph.prompt.build_prompt`."""
+        return build_prompt(template, context)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_ralph_agent_command(self, argv: list[str]) -> list[str]:
+        """The configured agent argv, unchanged."""
+        return argv
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_ralph_fingerprint(self, result: CriterionResult) -> str:
+        """The failure message, normalized (:func:`pytest_ralph.fingerprint.normalize_failure`)."""
+        return normalize_failure(result.message)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_ralph_should_stop(self, context: StopContext) -> StopDecision:
+        """Agent-error limit, all stories blocked, identical-failure circuit breaker
+        (:func:`pytest_ralph.loophooks.decide_stop`)."""
+        return decide_stop(context)
+
+
+class ConfigHooks(LoopHooks):
+    """The loop's extension points, each asking its ``pytest_ralph_*`` hook.
+
+    Args:
+        config: the pytest config whose plugin manager holds the hooks.
+
+    Raises (from each method):
+        HookError: an implementation raised, or returned a value of the wrong type.
+        PRDError: a ``pytest_ralph_prd_loaded`` implementation refused the PRD.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.hook = config.hook
+
+    def _call(self, name: str, **kwargs: Any) -> Any:
+        """Call the hook ``name`` with ``kwargs`` and the config.
+
+        Raises:
+            HookError: an implementation raised (a :class:`~pytest_ralph.prd.PRDError` from
+                ``pytest_ralph_prd_loaded`` passes through).
+        """
+        from .prd import PRDError
+
+        try:
+            return getattr(self.hook, name)(**kwargs, config=self.config)
+        except PRDError:
+            raise
+        except Exception as exc:
+            raise _raised(name, exc) from exc
+
+    def prd_loaded(self, prd: PRD) -> None:
+        """``pytest_ralph_prd_loaded``."""
+        self._call("pytest_ralph_prd_loaded", prd=prd)
+
+    def build_prompt(self, template: str, context: PromptContext) -> str:
+        """``pytest_ralph_build_prompt``."""
+        text = self._call("pytest_ralph_build_prompt", context=context, template=template)
+        _expect("pytest_ralph_build_prompt", text, "a str", isinstance(text, str))
+        return str(text)
+
+    def agent_command(self, argv: list[str], iteration: int, story: Story | None) -> list[str]:
+        """``pytest_ralph_agent_command``."""
+        out = self._call("pytest_ralph_agent_command", argv=argv, iteration=iteration,
+                         story=story)
+        _expect("pytest_ralph_agent_command", out, "a non-empty list of str",
+                isinstance(out, (list, tuple)) and bool(out)
+                and all(isinstance(a, str) for a in out))
+        return list(out)
+
+    def before_iteration(self, iteration: int, story: Story | None, prompt: str,
+                         argv: list[str]) -> None:
+        """``pytest_ralph_before_iteration``."""
+        self._call("pytest_ralph_before_iteration", iteration=iteration, story=story,
+                   prompt=prompt, argv=argv)
+
+    def after_iteration(self, iteration: int, results: CheckResults, agent: AgentRun,
+                        story: str) -> None:
+        """``pytest_ralph_after_iteration``."""
+        self._call("pytest_ralph_after_iteration", iteration=iteration, results=results,
+                   agent=agent, story=story)
+
+    def failure_fingerprint(self, result: CriterionResult) -> str:
+        """``pytest_ralph_fingerprint``."""
+        text = self._call("pytest_ralph_fingerprint", result=result)
+        _expect("pytest_ralph_fingerprint", text, "a str", isinstance(text, str))
+        return str(text)
+
+    def should_stop(self, context: StopContext) -> StopDecision:
+        """``pytest_ralph_should_stop``."""
+        decision = self._call("pytest_ralph_should_stop", context=context)
+        _expect("pytest_ralph_should_stop", decision, "a pytest_ralph.StopDecision",
+                isinstance(decision, StopDecision))
+        assert isinstance(decision, StopDecision)
+        return decision
