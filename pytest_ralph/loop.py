@@ -278,6 +278,8 @@ class Loop:
         deselect: node id prefixes deselected with ``--deselect``.
         new_run: start a new run even when the last one can be resumed (``--ralph-new``).
         pythonpath: the folders of ini ``pythonpath`` (absolute), for the oracle guard.
+        child_args: plugin and ini-override options of the command line (``-p NAME``,
+            ``-o KEY=VALUE``) that each check phase's child pytest gets too.
         hooks: the extension points (:class:`pytest_ralph.loophooks.LoopHooks`; the pytest
             layer passes one that asks the ``pytest_ralph_*`` hooks); built-in behaviour when
             ``None``.
@@ -287,8 +289,10 @@ class Loop:
                  out: TextIO = sys.stdout, python: str = sys.executable, keyword: str = "",
                  markexpr: str = "", junitxml: Path | None = None,
                  deselect: tuple[str, ...] = (), new_run: bool = False,
-                 pythonpath: tuple[Path, ...] = (), hooks: LoopHooks | None = None) -> None:
+                 pythonpath: tuple[Path, ...] = (), child_args: tuple[str, ...] = (),
+                 hooks: LoopHooks | None = None) -> None:
         self.settings = settings
+        self.child_args = child_args
         self.hooks = hooks or LoopHooks()
         #: The run of the last :meth:`run` (``None`` before one started), for inspection.
         self.last_run: RunRecord | None = None
@@ -423,7 +427,7 @@ class Loop:
                                 python=self.python, keyword=self.keyword,
                                 markexpr=self.markexpr, junitxml=self.junitxml,
                                 deselect=self.deselect, expected=expected,
-                                pycache=self._pycache)
+                                extra_args=self.child_args, pycache=self._pycache)
 
     def _selection(self) -> str:
         """``-k 'x' --deselect y``: the options that select criteria, as the user gave them."""

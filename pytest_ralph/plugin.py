@@ -20,7 +20,7 @@ import signal
 import sys
 import tempfile
 import traceback
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -217,6 +217,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
                 deselect=tuple(config.getoption("deselect", None) or ()),
                 new_run=bool(config.getoption("ralph_new")),
                 pythonpath=tuple(Path(p) for p in _ini_pythonpath(config)),
+                child_args=child_args(config.invocation_params.args),
                 hooks=ConfigHooks(config))
     try:
         return run_loop(loop, dry_run=bool(config.getoption("ralph_dry_run")), err=_err)
@@ -263,6 +264,25 @@ def _command(config: pytest.Config, flag: str) -> tuple[int, str]:
     from .control import cancel, status
 
     return cancel(settings.dir) if flag == "--ralph-cancel" else status(settings.dir)
+
+
+def child_args(args: Sequence[str]) -> tuple[str, ...]:
+    """The options of ``args`` that each check phase's child pytest needs too: plugins
+    (``-p NAME``, ``-p no:NAME``) and ini overrides (``-o KEY=VALUE``, ``--override-ini``),
+    in their order, each as two arguments."""
+    out: list[str] = []
+    it = iter(args)
+    for arg in it:
+        for short, long in (("-p", ""), ("-o", "--override-ini")):
+            if arg == short or (long and arg == long):
+                value = next(it, None)
+                if value is not None:
+                    out += [short, value]
+            elif arg.startswith(short) and len(arg) > len(short):
+                out += [short, arg[len(short):].removeprefix("=")]
+            elif long and arg.startswith(long + "="):
+                out += [short, arg[len(long) + 1:]]
+    return tuple(out)
 
 
 def _ini_pythonpath(config: pytest.Config) -> list[str]:

@@ -123,15 +123,38 @@ def test_bad_kind_is_one_precise_problem(tmp_path: Path, kind: object, message: 
 
 def test_kind_without_a_plugin_fails_naming_it(pytester: pytest.Pytester,
                                                write_prd: Callable[..., Path]) -> None:
-    write_prd(story("US-001", wordcount("a.md", 1)))
+    write_prd(story("US-001", {"kind": "readability", "file": "a.md", "grade": 8}))
     result = pytester.runpytest_subprocess("prd.json")
     assert result.ret == 1
     result.stdout.fnmatch_lines([
-        "no check for the kind 'wordcount' of US-001::AC1 ($.userStories[0]."
+        "no check for the kind 'readability' of US-001::AC1 ($.userStories[0]."
         "acceptanceCriteria[0]): no installed plugin or conftest.py returns a check for it "
         "from the pytest_ralph_make_check hook; expected a built-in kind (run, pytest, exists, "
         "file, sql, schema, python) or a plugin's. Install the plugin that provides it, or "
         "implement pytest_ralph_make_check in conftest.py"])
+
+
+def test_a_plugin_given_with_p_reaches_the_check_phase(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path],
+        agent: Callable[[str, str], str]) -> None:
+    """`pytest --ralph -p PLUGIN`: the controller and each check phase's child pytest load it."""
+    pytester.makepyfile(wordplugin=WORDCOUNT)
+    write_prd(story("US-001", wordcount("post.md", 3)))
+    command = agent("writer.py", "open('post.md', 'a').write(' word')\n")
+    result = pytester.runpytest_subprocess("--ralph", "-p", "wordplugin", "--ralph-agent",
+                                           command, "-o", "ralph_max_iterations=4")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["  Result: failure: 1 criterion failing (US-001::AC1)",
+                                 "pytest-ralph: complete (exit 0) after 3 iterations*"])
+    assert "no check for the kind" not in result.stdout.str()
+
+
+def test_child_args_keeps_plugins_and_ini_overrides() -> None:
+    from pytest_ralph.plugin import child_args
+
+    assert child_args(["--ralph", "-p", "a", "-pb", "-p", "no:c", "-o", "x=1", "-k", "p",
+                       "--override-ini=y=2", "--override-ini", "z=3", "-oW=4", "-q"]) == (
+        "-p", "a", "-p", "b", "-p", "no:c", "-o", "x=1", "-o", "y=2", "-o", "z=3", "-o", "W=4")
 
 
 def test_check_hook_can_replace_a_built_in_kind(pytester: pytest.Pytester,
