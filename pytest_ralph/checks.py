@@ -964,7 +964,7 @@ class UnknownKindCheck:
             "or conftest.py returns a check for it from the pytest_ralph_make_check hook; "
             f"expected a built-in kind ({', '.join(k for k in CRITERION_KINDS if k != 'text')}) "
             "or a plugin's. Install the plugin that provides it, or implement "
-            "pytest_ralph_make_check in conftest.py"))
+            "pytest_ralph_make_check in the conftest.py of the PRD's folder or a parent"))
 
 
 def make_check(criterion: Criterion, story: Story, *, rootdir: Path, strict: bool = False,

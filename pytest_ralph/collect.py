@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from .checks import CheckResult
+from .checks import CheckResult, UnknownKindCheck
 from .loophooks import HookError
 from .model import Criterion, Story
 from .prd import PRDError, load_prd
@@ -56,7 +56,9 @@ class PRDFile(pytest.File):
             if not prd.stories:
                 notes: list[str] = self.config.stash.setdefault(EMPTY_PRDS, [])
                 notes.append(f"{self.path}: {no_stories_message(prd)}")
-        self.config.hook.pytest_ralph_prd_loaded(prd=prd, config=self.config)
+        # ihook: the hooks of plugins and of the conftest.py files of the PRD's folder and
+        # its parents, as pytest scopes conftest hooks to the files under their folder.
+        self.ihook.pytest_ralph_prd_loaded(prd=prd, config=self.config)
         for story in prd.stories:
             yield StoryCollector.from_parent(self, name=story.id, story=story)
 
@@ -99,7 +101,7 @@ class CriterionItem(pytest.Item):
         from .plugin import get_settings
 
         settings = get_settings(self.config)
-        check = self.config.hook.pytest_ralph_make_check(
+        check = self.ihook.pytest_ralph_make_check(
             criterion=self.criterion, story=self.story, prd_path=self.path, config=self.config)
         if not callable(getattr(check, "run", None)):
             raise HookError(
@@ -107,6 +109,8 @@ class CriterionItem(pytest.Item):
                 f"{self.criterion.kind!r}); expected an object with a run() method that returns "
                 "a pytest_ralph.CheckResult, or None")
         result = check.run()
+        if isinstance(check, UnknownKindCheck) and not result.passed:
+            result = dataclasses.replace(result, message=result.message + _out_of_scope(self))
         if not isinstance(result, CheckResult):
             raise HookError(
                 f"the check {type(check).__qualname__} that pytest_ralph_make_check made for "
@@ -142,6 +146,22 @@ class CriterionItem(pytest.Item):
         """(PRD path, 0-based line or ``None``, the criterion text as headline)."""
         line = self.criterion.line - 1 if self.criterion.line else None
         return self.path, line, f"{self.criterion.key}: {self.criterion.text}"
+
+
+def _out_of_scope(item: CriterionItem) -> str:
+    """A note naming the ``conftest.py`` files that implement ``pytest_ralph_make_check`` but
+    do not apply to ``item``'s PRD (they are not in its folder or a parent), or ``""``."""
+    here = item.path.parent
+    files = []
+    for impl in item.config.hook.pytest_ralph_make_check.get_hookimpls():
+        path = Path(getattr(impl.plugin, "__file__", None) or "")
+        if path.name == "conftest.py" and not here.is_relative_to(path.parent):
+            files.append(str(path))
+    if not files:
+        return ""
+    return (f" ({', '.join(files)} implement{'s' if len(files) == 1 else ''} "
+            f"pytest_ralph_make_check, but a conftest.py applies only to files in its folder "
+            f"and below; move it to {here / 'conftest.py'} or a parent folder's)")
 
 
 EMPTY_PRDS = pytest.StashKey[list[str]]()

@@ -159,7 +159,8 @@ def _ralph_db_builds(tmp_path_factory: pytest.TempPathFactory,
 
 def _marker_paths(value: object, name: str, root: Path) -> tuple[Path, ...]:
     items: list[object] = list(value) if isinstance(value, (list, tuple)) else [value]
-    paths = [root / item for item in items if isinstance(item, (str, os.PathLike))]
+    paths = [root / item for item in items
+             if isinstance(item, (str, os.PathLike)) and str(item).strip()]
     if len(paths) < len(items) or (name == "schema" and not items):
         pytest.fail(f"ralph_db: @pytest.mark.ralph_db({name}=...) expects a path (str) or a "
                     f"list of paths, relative to the rootdir {root}; got {value!r}",

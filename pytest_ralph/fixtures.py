@@ -75,6 +75,7 @@ def ralph_prd(request: pytest.FixtureRequest) -> PRD:
     return load_session_prd(request.config)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize ``ralph_story``: a test that uses it and does not
     parametrize it itself runs once per story of the session's PRD, with the story id as the
@@ -87,6 +88,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             names = [n.strip() for n in names.split(",")]
         if "ralph_story" in names:
             return
+    # Parametrized by another pytest_generate_tests (a conftest's) before this one.
+    if any("ralph_story" in call.params for call in getattr(metafunc, "_calls", ())):
+        return
     from .prd import PRDError, load_prd
 
     path = _prd_path(metafunc.config)
@@ -103,13 +107,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def ralph_story(request: pytest.FixtureRequest, ralph_prd: PRD) -> Story:
     """One user story of the session's PRD (:class:`pytest_ralph.Story`: ``id``, ``title``,
-    ``description``, ``criteria``, ``priority``, ``passes``, ``notes``).
+    ``description``, ``criteria``, ``priority``, ``passes``, ``notes``); a test that uses it
+    runs once per story, with the story ids as test ids. Choose stories by parametrizing it
+    yourself: ``@pytest.mark.parametrize("ralph_story", ["US-001"], indirect=True)``.
 
-    A test that uses it runs once per story (test ids are the story ids). To choose stories,
-    parametrize it yourself by id: ``@pytest.mark.parametrize("ralph_story", ["US-001"],
-    indirect=True)``. An unknown id fails the test at setup naming the PRD's stories.
+    An unknown id fails the test at setup naming the PRD's stories.
     """
     story_id = getattr(request, "param", None)
+    if story_id is None and not ralph_prd.stories:
+        pytest.fail(f"ralph_story: {ralph_prd.path} has no user stories", pytrace=False)
     if story_id is None:
         if len(ralph_prd.stories) == 1:
             return ralph_prd.stories[0]
@@ -238,6 +244,9 @@ class RalphLoop:
 
         names = {spec.name for spec in SPECS}
         for name, value in settings.items():
+            if value is None:  # not given
+                self.settings.pop(name, None)
+                continue
             if name not in names:
                 raise pytest.UsageError(
                     f"ralph_loop: unknown setting {name!r}; expected one of "
@@ -246,6 +255,9 @@ class RalphLoop:
                 import shlex
 
                 value = shlex.join(str(v) for v in value)
+            if name == "prd" and not isinstance(value, (dict, str, os.PathLike)):
+                raise pytest.UsageError(f"ralph_loop: prd: expected a path or a dict (the PRD "
+                                        f"itself); got {value!r}")
             if name == "prd" and isinstance(value, dict):
                 path = self.state_dir.parent / "prd.json"
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -292,7 +304,14 @@ class RalphLoop:
             return resolve(cli=cli, env=env, ini=ini_value, ini_file="ralph_loop",
                            invocation_dir=self.rootdir, rootdir=self.rootdir)
         except SettingsError as exc:
-            raise pytest.UsageError(f"ralph_loop: {exc}") from None
+            message = str(exc)
+            for spec in SPECS:  # name the keyword argument, not the option it stands for
+                if spec.name in self.settings:
+                    message = message.replace(f"from {spec.cli}:", f"from ralph_loop("
+                                              f"{spec.name}=...):").replace(
+                        f"from ini {spec.ini} (ralph_loop):", f"from ralph_loop("
+                        f"{spec.name}=...):")
+            raise pytest.UsageError(f"ralph_loop: {message}") from None
 
     def _loop(self, out: TextIO) -> Any:
         from .hookimpls import ConfigHooks
@@ -362,7 +381,11 @@ class RalphLoop:
 
 @pytest.fixture
 def ralph_loop(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    """A factory of programmatic Ralph loops: ``ralph_loop(**settings) -> RalphLoop``.
+    """A factory of programmatic Ralph loops: ``ralph_loop(rootdir=None, **settings) ->
+    RalphLoop``; ``.run() -> LoopResult`` (``exit_code``, ``status``, ``iterations``,
+    ``failing``, ``passing``, ``output``, ``report``), ``.until("tests/test_x.py::test_y")``
+    runs the agent until those tests pass, ``.dry_run()`` shows the first prompt. Settings are
+    the ``--ralph-*`` option names with ``_`` (``agent``, ``max_iterations``, ``prd``...).
 
     ``loop = ralph_loop(agent=[sys.executable, "agent.py"], max_iterations=5)``, then
     ``result = loop.run()`` (:class:`pytest_ralph.fixtures.LoopResult`: ``exit_code``,

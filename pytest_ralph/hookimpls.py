@@ -12,6 +12,7 @@ loop controller call the hooks.
 from __future__ import annotations
 
 import traceback
+import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,10 +45,52 @@ def _expect(hook: str, value: Any, what: str, ok: bool) -> None:
                         f"expected {what} or None")
 
 
+def unknown_hooks(pluginmanager: pytest.PytestPluginManager) -> list[str]:
+    """``"NAME (in FILE)"`` for each implemented ``pytest_ralph_*`` hook that has no
+    specification (a misspelt name), in name order."""
+    out = []
+    for name in sorted(vars(pluginmanager.hook)):
+        caller = getattr(pluginmanager.hook, name)
+        if name.startswith("pytest_ralph_") and not caller.has_spec():
+            where = sorted({str(getattr(impl.plugin, "__file__", impl.plugin_name))
+                            for impl in caller.get_hookimpls()})
+            if where:
+                out.append(f"{name} (in {', '.join(where)})")
+    return out
+
+
+def check_hook_names(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Refuse misspelt ``pytest_ralph_*`` hook names.
+
+    Raises:
+        pytest.UsageError: a plugin or conftest.py implements a ``pytest_ralph_*`` hook that
+            does not exist.
+    """
+    unknown = unknown_hooks(pluginmanager)
+    if unknown:
+        from .hookspecs import HOOK_NAMES
+
+        raise pytest.UsageError(
+            f"pytest-ralph: unknown hook {'; '.join(unknown)}: expected one of "
+            f"{', '.join(HOOK_NAMES)} (see docs/hooks.md)")
+
+
+def _conftest_dir(plugin: object) -> Path | None:
+    """The folder of a ``conftest.py`` plugin, or ``None`` for any other plugin."""
+    file = getattr(plugin, "__file__", None) if isinstance(plugin, types.ModuleType) else None
+    return Path(file).parent if file and Path(file).name == "conftest.py" else None
+
+
+_OWN = str(Path(__file__).resolve().parent)
+
+
 def _raised(hook: str, exc: Exception) -> HookError:
     """A :class:`~pytest_ralph.loophooks.HookError` saying that an implementation of
-    ``hook`` raised ``exc``, and where (the innermost frame)."""
-    frames = traceback.extract_tb(exc.__traceback__)
+    ``hook`` raised ``exc``, and where (the innermost frame outside pytest-ralph)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith("<")
+              and not str(Path(f.filename).resolve()).startswith(_OWN)] or \
+        traceback.extract_tb(exc.__traceback__)
     where = f" at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames \
         else ""
     return HookError(f"a {hook} implementation raised {type(exc).__name__}: {exc}{where}")
@@ -108,6 +151,18 @@ class ConfigHooks(LoopHooks):
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.hook = config.hook
+        #: The PRD's folder once the PRD is loaded: conftest.py files elsewhere do not apply.
+        self.scope: Path | None = None
+
+    def _caller(self, name: str) -> Any:
+        """The hook ``name`` as the PRD's folder sees it: every plugin, and the conftest.py
+        files of that folder and its parents (as pytest scopes conftest hooks by folder)."""
+        if self.scope is None:
+            return getattr(self.hook, name)
+        pm = self.config.pluginmanager
+        remove = [p for p in pm.get_plugins()
+                  if (d := _conftest_dir(p)) is not None and not self.scope.is_relative_to(d)]
+        return pm.subset_hook_caller(name, remove) if remove else getattr(self.hook, name)
 
     def _call(self, name: str, **kwargs: Any) -> Any:
         """Call the hook ``name`` with ``kwargs`` and the config.
@@ -119,14 +174,15 @@ class ConfigHooks(LoopHooks):
         from .prd import PRDError
 
         try:
-            return getattr(self.hook, name)(**kwargs, config=self.config)
+            return self._caller(name)(**kwargs, config=self.config)
         except PRDError:
             raise
         except Exception as exc:
             raise _raised(name, exc) from exc
 
     def prd_loaded(self, prd: PRD) -> None:
-        """``pytest_ralph_prd_loaded``."""
+        """``pytest_ralph_prd_loaded``; from now on the hooks are those of the PRD's folder."""
+        self.scope = prd.path.resolve().parent
         self._call("pytest_ralph_prd_loaded", prd=prd)
 
     def build_prompt(self, template: str, context: PromptContext) -> str:

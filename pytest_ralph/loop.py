@@ -454,14 +454,15 @@ class Loop:
         prompt_file = self.settings.dir / "runs" / "<run id>" / "iteration-001" / "prompt.md"
         ctx = PromptContext(prd, fake, 1, self.settings.max_iterations, self.rootdir,
                             StateDir(self.settings.dir).read_progress_tail(PROGRESS_CHARS))
-        prompt = self.hooks.build_prompt(self._template(), ctx)
+        prompt = self._redactor.text(self.hooks.build_prompt(self._template(), ctx))
         argv = self.hooks.agent_command(list(argv), 1, pick_story(prd, fake))
         note = (f"\n{self._selection()} is applied by the baseline check, which a dry run does "
                 "not run: the prompt below covers every criterion of the selected stories."
                 if self._selection() else "")
         self._print(f"pytest-ralph dry run: PRD {prd.path}; nothing is run or written.{note}\n"
                     f"{self._dialect_text(prd)}"
-                    f"--- agent argv ---\n{json.dumps(render_argv(argv, prompt_file))}\n"
+                    f"--- agent argv ---\n"
+                    f"{self._redactor.text(json.dumps(render_argv(argv, prompt_file)))}\n"
                     f"--- prompt for iteration 1 (on stdin and in {{prompt_file}}) ---\n"
                     f"{prompt}\n--- end of prompt ---")
         return EXIT_COMPLETE

@@ -30,6 +30,9 @@ class HookError(Exception):
     (status ``crashed``, exit 3; a later ``pytest --ralph`` resumes it)."""
 
 
+#: The escalation events a stop may ask for (``""``: none).
+ESCALATIONS = ("", "breaker", "all-blocked")
+
 #: Exit code and run status of each way a hook may stop a run (see :class:`StopDecision`).
 STOP_STATUSES = {"limit": 1, "breaker": 6, "agent-error": 7}
 
@@ -95,6 +98,9 @@ class StopDecision:
         if self.status not in STOP_STATUSES:
             raise ValueError(f"StopDecision status {self.status!r}: expected one of "
                              f"{', '.join(STOP_STATUSES)}")
+        if self.escalate not in ESCALATIONS:
+            raise ValueError(f"StopDecision escalate {self.escalate!r}: expected one of "
+                             f"{', '.join(map(repr, ESCALATIONS))}")
         if self.stop and not self.reason.strip():
             raise ValueError("StopDecision(stop=True) needs a reason: one sentence saying why")
 

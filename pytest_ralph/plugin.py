@@ -206,7 +206,9 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
         if config.getoption(flag, False):
             raise pytest.UsageError(f"pytest-ralph: {name} cannot be used with --ralph ({hint})")
     settings = _positional_prd(config, get_settings(config))
-    from .hookimpls import ConfigHooks
+    from .hookimpls import ConfigHooks, check_hook_names
+
+    check_hook_names(config.pluginmanager)
     from .loop import EXIT_INTERNAL, Loop, run_loop
 
     xml = config.getoption("xmlpath", None)
@@ -329,7 +331,11 @@ def _err(message: str) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Resolve settings; in the loop's child, record results; add the discovered PRD."""
+    """Resolve settings; refuse misspelt ``pytest_ralph_*`` hooks; in the loop's child, record
+    results; add the discovered PRD."""
+    from .hookimpls import check_hook_names
+
+    check_hook_names(config.pluginmanager)
     settings = get_settings(config)
     results = config.getoption("ralph_results", None)
     if results:

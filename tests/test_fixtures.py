@@ -117,6 +117,32 @@ def test_ralph_story_can_be_chosen_by_id(pytester: pytest.Pytester, two_stories:
                                  "US-001, US-002)"])
 
 
+def test_ralph_story_parametrized_by_a_conftest_hook(pytester: pytest.Pytester,
+                                                     two_stories: Path) -> None:
+    pytester.makeconftest("""
+        def pytest_generate_tests(metafunc):
+            if metafunc.function.__name__ == "test_custom":
+                metafunc.parametrize("ralph_story", ["US-002"], indirect=True)
+        """)
+    write_tests(pytester, """
+        def test_custom(ralph_story):
+            assert ralph_story.id == "US-002"
+        """)
+    result = pytester.runpytest_subprocess("tests")
+    result.assert_outcomes(passed=1)
+
+
+def test_ralph_story_with_no_stories(pytester: pytest.Pytester) -> None:
+    (pytester.path / "prd.json").write_text('{"userStories": []}')
+    write_tests(pytester, """
+        def test_each(ralph_story):
+            pass
+        """)
+    result = pytester.runpytest_subprocess("tests")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["ralph_story: *prd.json has no user stories"])
+
+
 AGENT = """
 import sys
 from pathlib import Path
@@ -203,8 +229,16 @@ def test_ralph_loop_until_fixes_a_test(pytester: pytest.Pytester) -> None:
 
         def test_bad_setting(ralph_loop):
             ralph_loop(max_iteratons=3)
+
+        def test_bad_value(ralph_loop):
+            ralph_loop(max_iterations=0, agent=None).run()
+
+        def test_bad_prd(ralph_loop):
+            ralph_loop(prd=["x"])
         """)
     result = pytester.runpytest_subprocess("tests", "-p", "no:randomly")
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*ralph_loop: unknown setting 'max_iteratons'; expected one "
-                                 "of *max_iterations*"])
+    result.assert_outcomes(passed=1, failed=3)
+    result.stdout.fnmatch_lines_random([
+        "*ralph_loop: unknown setting 'max_iteratons'; expected one of *max_iterations*",
+        "*ralph_loop: max_iterations from ralph_loop(max_iterations=...): expected *; got '0'",
+        "*ralph_loop: prd: expected a path or a dict (the PRD itself); got [[]'x'[]]"])

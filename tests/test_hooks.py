@@ -131,7 +131,7 @@ def test_kind_without_a_plugin_fails_naming_it(pytester: pytest.Pytester,
         "acceptanceCriteria[0]): no installed plugin or conftest.py returns a check for it "
         "from the pytest_ralph_make_check hook; expected a built-in kind (run, pytest, exists, "
         "file, sql, schema, python) or a plugin's. Install the plugin that provides it, or "
-        "implement pytest_ralph_make_check in conftest.py"])
+        "implement pytest_ralph_make_check in the conftest.py of the PRD's folder or a parent"])
 
 
 def test_a_plugin_given_with_p_reaches_the_check_phase(
@@ -204,14 +204,100 @@ def test_check_hook_returning_the_wrong_thing_fails_the_criterion(
     assert "Traceback" not in result.stdout.str()
 
 
-def test_misspelt_hook_is_an_error(pytester: pytest.Pytester,
-                                   write_prd: Callable[..., Path]) -> None:
+@pytest.mark.parametrize("args", [["prd.json"], ["--ralph", "--ralph-agent", f"{PY} -c pass"],
+                                  ["--ralph-dry-run", "--ralph-agent", f"{PY} -c pass"]])
+def test_misspelt_hook_is_refused_at_start(pytester: pytest.Pytester,
+                                           write_prd: Callable[..., Path],
+                                           args: list[str]) -> None:
     conftest(pytester, "def pytest_ralph_make_chek(criterion):\n    return None\n")
     write_prd(story("US-001", {"exists": "a"}))
-    result = pytester.runpytest_subprocess("prd.json")
-    assert result.ret != 0
-    assert "unknown hook 'pytest_ralph_make_chek'" in result.stdout.str() + \
-        result.stderr.str()
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == 4, result.stdout.str()
+    result.stderr.fnmatch_lines([
+        "ERROR: pytest-ralph: unknown hook pytest_ralph_make_chek (in *conftest.py): expected "
+        "one of pytest_ralph_prd_loaded, pytest_ralph_make_check, *"])
+    assert not (pytester.path / ".pytest_ralph").exists()  # no agent ran
+
+
+#: A conftest.py in tests/ that claims the kind "mine".
+MINE = """
+from pytest_ralph import CheckResult
+
+class Yes:
+    def run(self):
+        return CheckResult(True, "tests/conftest.py says yes")
+
+def pytest_ralph_make_check(criterion):
+    if criterion.kind == "mine":
+        return Yes()
+"""
+
+
+@pytest.mark.parametrize("args", [[], ["prd.json"], ["-n", "2"]])
+def test_a_conftest_applies_only_to_prd_files_under_its_folder(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path], args: list[str]) -> None:
+    pytester.makeini("[pytest]\ntestpaths = tests\n")
+    pytester.mkdir("tests")
+    (pytester.path / "tests" / "conftest.py").write_text(textwrap.dedent(MINE))
+    (pytester.path / "tests" / "test_a.py").write_text("def test_ok():\n    pass\n")
+    write_prd(story("US-001", {"kind": "mine"}))
+    sub = pytester.mkdir("tests/sub")
+    (sub / "prd.json").write_text(json.dumps({"userStories": [story("SUB-1", {"kind": "mine"})]}))
+    result = pytester.runpytest_subprocess(*args, "-rA")
+    result.stdout.fnmatch_lines_random([
+        "FAILED prd.json::US-001::AC1 - no check for the kind 'mine' *"])
+    if args == ["prd.json"]:  # tests/ is not collected: its conftest.py is not even loaded
+        return
+    result.stdout.fnmatch_lines_random(["PASSED tests/sub/prd.json::SUB-1::AC1"])
+    result.stdout.fnmatch_lines([
+        "*pytest_ralph_make_check in the conftest.py of the PRD's folder or a parent (*tests"
+        "/conftest.py implements pytest_ralph_make_check, but a conftest.py applies only to "
+        f"files in its folder and below; move it to {pytester.path}/conftest.py or a parent "
+        "folder's)"])
+
+
+def test_the_loop_sees_the_hooks_the_gate_sees(pytester: pytest.Pytester,
+                                               write_prd: Callable[..., Path]) -> None:
+    """tests/conftest.py is loaded by the controller (testpaths) but does not apply to the
+    root PRD: its loop hooks are not asked either."""
+    pytester.makeini("[pytest]\ntestpaths = tests\n")
+    pytester.mkdir("tests")
+    (pytester.path / "tests" / "conftest.py").write_text(textwrap.dedent(MINE) + textwrap.dedent(
+        """
+        def pytest_ralph_build_prompt(context):
+            return "FROM TESTS CONFTEST"
+        """))
+    write_prd(story("US-001", {"kind": "mine"}))
+    result = pytester.runpytest_subprocess("--ralph-dry-run", "--ralph-agent", f"{PY} -c pass")
+    assert result.ret == 0
+    assert "FROM TESTS CONFTEST" not in result.stdout.str()
+    (pytester.path / "conftest.py").write_text((pytester.path / "tests" / "conftest.py")
+                                               .read_text())
+    (pytester.path / "tests" / "conftest.py").unlink()
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["pytest-ralph: complete (exit 0) after 0 iterations*"])
+
+
+def test_dry_run_redacts_secrets_from_the_hooked_prompt(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEMO_API_KEY", "supersecretvalue123")
+    conftest(pytester, """
+        import os
+
+        def pytest_ralph_build_prompt(context):
+            return "the key is " + os.environ["DEMO_API_KEY"]
+
+        def pytest_ralph_agent_command(argv):
+            return [*argv, os.environ["DEMO_API_KEY"]]
+        """)
+    write_prd(story("US-001", {"exists": "a"}))
+    result = pytester.runpytest_subprocess("--ralph-dry-run", "--ralph-agent", f"{PY} -c pass")
+    assert result.ret == 0
+    out = result.stdout.str()
+    assert "supersecretvalue123" not in out
+    assert "the key is [redacted $DEMO_API_KEY]" in out
 
 
 def test_prd_loaded_fires_on_collection_and_can_refuse(
@@ -385,6 +471,9 @@ def test_stop_hook_can_stop_early_and_can_keep_going(
 def test_stop_decision_refuses_bad_values() -> None:
     with pytest.raises(ValueError, match="expected one of limit, breaker, agent-error"):
         StopDecision(True, "x", status="done")
+    with pytest.raises(ValueError, match="escalate 'bogus': expected one of '', 'breaker', "
+                                         "'all-blocked'"):
+        StopDecision(True, "x", escalate="bogus")
     with pytest.raises(ValueError, match="needs a reason"):
         StopDecision(True, " ")
     assert StopDecision(True, "x", "breaker").exit_code == 6
@@ -402,6 +491,11 @@ def test_stop_decision_refuses_bad_values() -> None:
     ("pytest_ralph_after_iteration(iteration)", "raise RuntimeError('disk full')",
      "a pytest_ralph_after_iteration implementation raised RuntimeError: disk full at "
      "*conftest.py:2 in pytest_ralph_after_iteration"),
+    ("pytest_ralph_should_stop(context)", "return __import__('pytest_ralph').StopDecision("
+                                          "True, 'x', 'done')",
+     "a pytest_ralph_should_stop implementation raised ValueError: StopDecision status 'done': "
+     "expected one of limit, breaker, agent-error at *conftest.py:2 in "
+     "pytest_ralph_should_stop"),
 ])
 def test_a_failing_loop_hook_ends_the_run_as_crashed_and_resumes(
         pytester: pytest.Pytester, write_prd: Callable[..., Path], hook: str, body: str,
