@@ -882,11 +882,15 @@ class Loop:
         """Stop at the iteration limit (exit 1)."""
         last = run.last.results
         failing = plural(len(last.failing), "criterion", "criteria")
+        held = sorted(run.blocked)
+        blocked_note = (f"; {plural(len(held), 'story', 'stories')} blocked "
+                        f"({', '.join(held[:8])}{', ...' if len(held) > 8 else ''}), see the "
+                        "report" if held else "")
         return self._stop(run, "limit", EXIT_LIMIT,
                           f"stopped at the iteration limit ({self.settings.max_iterations}) "
                           f"with {failing} still failing"
                           + (" and check-phase errors" if last.errors else "")
-                          + self._tampered(run))
+                          + blocked_note + self._tampered(run))
 
     # -- budgets, rate limits, blocked stories, escalation -------------------------------
 

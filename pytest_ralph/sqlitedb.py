@@ -292,6 +292,7 @@ class _Violation:
 
     locator: _Locator | None
     text: str  # "table t, row rowid 3 (id=3): c = 9 references p(id), which has no such row"
+    parent: str = ""  # the referenced table
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[tuple[str, int]]:
@@ -413,11 +414,11 @@ def _violations(conn: sqlite3.Connection, problems: _Problems,
                 cols, _ = _foreign_key(conn, table, fkid)
                 text = (f"table {table}, a row (WITHOUT ROWID, key not found): "
                         f"{_join(cols)} references {parent}, which has no such row")
-                found.append(_Violation(None, text))
+                found.append(_Violation(None, text, parent))
                 continue
             text = (f"table {table}, {_row_label(conn, table, rowid, row)}: "
                     f"{_reference(conn, table, parent, fkid, row)}")
-            found.append(_Violation(locator, text))
+            found.append(_Violation(locator, text, parent))
     except sqlite3.Error as exc:
         problems.add(f"{prefix}PRAGMA foreign_key_check failed: {_error_text(exc)}; a foreign "
                      "key must reference its parent's PRIMARY KEY or columns with a UNIQUE "
@@ -492,6 +493,9 @@ def _verify(conn: sqlite3.Connection, problems: _Problems, prefix: str) -> None:
 
 
 _TRANSACTION = re.compile(r"(?:BEGIN|COMMIT|END)\b", re.IGNORECASE)
+#: The table an ``INSERT`` / ``REPLACE`` statement writes to (group ``table``).
+_INSERT_INTO = re.compile(r"\s*(?:INSERT(?:\s+OR\s+\w+)?|REPLACE)\s+INTO\s+"
+                          r"(?:\w+\.)?[\"`\[]?(?P<table>\w+)", re.IGNORECASE)
 _FK_FAILED = "FOREIGN KEY constraint failed"
 
 
@@ -538,6 +542,8 @@ class _Runner:
         self.conn = conn
         self.problems = problems
         self.root = root
+        #: Lower-cased table -> where the first failed seed statement inserting into it is.
+        self.failed_inserts: dict[str, str] = {}
 
     def where(self, statement: Statement) -> str:
         return f"{_show(statement.path, self.root)} line {statement.line}"
@@ -559,6 +565,9 @@ class _Runner:
             return
         rows = _values_rows(statement.sql)
         culprit = self.first_failing_row(rows) if rows is not None else None
+        if rows is not None and culprit is not None and culprit[0] == 0 and \
+                "syntax error" in str(culprit[1]) and self.every_row_fails(rows, culprit[1]):
+            culprit = None  # the same syntax error in every row: it is in the INSERT itself
         if rows is not None and culprit is not None:
             i, exc = culprit
             self.problems.add(
@@ -574,6 +583,21 @@ class _Runner:
             sql = sql[:-1]
         shown = _shorten(sql, STATEMENT_WIDTH)
         self.problems.add(f"{self.where(statement)}: {shown}: {message}")
+
+    def every_row_fails(self, rows: _Rows, exc: sqlite3.Error) -> bool:
+        """Whether every row, run alone (in a savepoint, then undone), fails with the message
+        of ``exc``."""
+        try:
+            self.conn.execute("SAVEPOINT ralph_rows")
+        except sqlite3.Error:
+            return False
+        try:
+            return all(str(self.run(Statement(Path(), 0, rows.sql(i)))) == str(exc)
+                       for i in range(1, len(rows.rows)))
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute("ROLLBACK TO ralph_rows")
+                self.conn.execute("RELEASE ralph_rows")
 
     def first_failing_row(self, rows: _Rows) -> tuple[int, sqlite3.Error] | None:
         """Run the rows one by one in a savepoint, then undo them; the first that fails."""
@@ -649,6 +673,9 @@ class _Runner:
         exc = self.run(statement)
         if exc is not None:
             self.report(statement, exc)
+            m = _INSERT_INTO.match(statement.sql)
+            if m:
+                self.failed_inserts.setdefault(m.group("table").lower(), self.where(statement))
         if not self.conn.in_transaction:  # ROLLBACK in the seed, or an ON CONFLICT ROLLBACK
             if self.problems is not None:
                 self.problems.add(f"{self.where(statement)}: this statement ended the seed "
@@ -813,12 +840,15 @@ def _seed(conn: sqlite3.Connection, runner: _Runner, schema: Sequence[_Source],
         lines = _Replay([v.locator for v in found if v.locator is not None]).run(schema, seed)
         for violation in found:
             origin = lines.get(violation.locator) if violation.locator else None
+            failed = runner.failed_inserts.get(violation.parent.lower())
+            cause = (f"; the statement at {failed}, which inserts into {violation.parent}, "
+                     "failed (see above), which may be why" if failed else "")
             if origin is None:
-                problems.add(f"{_names(seed, root)}: {violation.text}")
+                problems.add(f"{_names(seed, root)}: {violation.text}{cause}")
             else:
                 shown = _show(origin.path, root)
                 problems.add(f"{shown}: {violation.text} (inserted at {shown} line "
-                             f"{origin.line})")
+                             f"{origin.line}){cause}")
     if problems:
         if conn.in_transaction:
             conn.execute("ROLLBACK")

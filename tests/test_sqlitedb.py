@@ -173,6 +173,26 @@ def test_check_violation_in_a_multi_row_insert_names_the_row_line(tmp_path: Path
         "status) VALUES (2, 1, 'published'): CHECK constraint failed: status IN ('draft', 'live')"]
 
 
+def test_a_syntax_error_in_the_insert_itself_is_not_blamed_on_a_row(tmp_path: Path) -> None:
+    seed = SEED.replace("INSERT INTO posts", "INSERT INT posts")
+    error = build_error(tmp_path, seed=seed)
+    assert error.problems == [
+        "db/seed.sql line 2: INSERT INT posts (id, author_id, status) VALUES (1, 1, 'draft'), "
+        "(2, 1, 'live'): near \"INT\": syntax error"]
+
+
+def test_rows_missing_after_a_failed_insert_say_so(tmp_path: Path) -> None:
+    seed = ("INSERT INTO authors (id, name) VALUES\n    (1, 'Ada'),\n    (2, NULL);\n"
+            "INSERT INTO posts (id, author_id, status) VALUES (1, 1, 'draft');\n")
+    error = build_error(tmp_path, seed=seed)
+    assert error.problems == [
+        "db/seed.sql line 3 (row 2 of the statement at line 1): INSERT INTO authors (id, name) "
+        "VALUES (2, NULL): NOT NULL constraint failed: authors.name",
+        "db/seed.sql: table posts, row rowid 1 (id=1): author_id = 1 references authors(id), "
+        "which has no such row (inserted at db/seed.sql line 4); the statement at db/seed.sql "
+        "line 1, which inserts into authors, failed (see above), which may be why"]
+
+
 def test_unique_violation(tmp_path: Path) -> None:
     error = build_error(tmp_path, seed=SEED + "INSERT INTO authors (id, name) VALUES (2, 'Ada');\n")
     assert error.problems == [
