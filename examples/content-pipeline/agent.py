@@ -10,12 +10,14 @@ story it is given and nothing else:
 2. it writes that story's code into ``pipeline/``: the files under
    ``solutions/<STORY-ID>/``, copied to the same paths (the solutions are plain
    Python modules, so that they can be read and linted like any other code);
-3. it rebuilds ``content.db`` from scratch with every stage written so far
-   (``python -m pipeline all --db content.db``), so that the database the ``sql``
-   criteria read always matches the code;
+3. it tries its code, as a developer would: ``python -m pipeline all`` on a scratch
+   database in a temporary folder (when that fails, the pipeline's output goes to stderr,
+   so into the loop's agent log);
 4. it prints one line saying what it did, and exits 0.
 
-It never touches the PRD, the tests or ``db/``: it refuses to write outside ``pipeline/``.
+It writes nothing outside ``pipeline/``: not the PRD, the tests, ``db/``, nor
+``content.db``, which the gate rebuilds from the code at the start of each check (see
+``conftest.py``), so that the ``sql`` criteria judge the code, not a file the agent left.
 A prompt that names no story, or a story it has no solution for, changes nothing.
 Standard library only.
 """
@@ -27,6 +29,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -34,8 +37,7 @@ HERE = Path(__file__).resolve().parent
 SOLUTIONS = HERE / "solutions"
 """One folder per story id, holding the files the story adds or replaces."""
 WRITABLE = "pipeline"
-"""The only top-level folder the agent writes into (besides rebuilding the database)."""
-DATABASE = "content.db"
+"""The only top-level folder the agent writes into."""
 
 STORY = re.compile(r"^## Work on this story now[ \t]*\n\s*(?P<id>[^\s:]+):", re.MULTILINE)
 STORY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -65,8 +67,11 @@ def solution_files(story: str) -> list[Path]:
         ValueError: a file would land outside ``pipeline/``.
     """
     folder = SOLUTIONS / story
-    files = sorted(p.relative_to(folder) for p in folder.rglob("*")
-                   if p.is_file() and "__pycache__" not in p.parts)
+    # Not the caches tools leave there (__pycache__, .mypy_cache, .ruff_cache...).
+    files = sorted(relative for relative in (p.relative_to(folder) for p in folder.rglob("*")
+                                             if p.is_file())
+                   if not any(part == "__pycache__" or part.startswith(".")
+                              for part in relative.parts))
     outside = [str(p) for p in files if p.parts[0] != WRITABLE]
     if outside:
         raise ValueError(f"refusing to write outside {WRITABLE}/: {', '.join(outside)}")
@@ -86,17 +91,19 @@ def apply(story: str) -> list[str]:
     return changed
 
 
-def rebuild() -> str:
-    """Rebuild the database with the stages written so far; a few words on how it went.
+def try_it() -> str:
+    """Run every stage written so far on a scratch database; a few words on how it went.
 
     When the pipeline fails, its output goes to stderr (so into the loop's agent log).
     """
-    command = [sys.executable, "-m", "pipeline", "all", "--db", DATABASE]
-    done = subprocess.run(command, cwd=HERE, capture_output=True, text=True, timeout=300)
+    with tempfile.TemporaryDirectory(prefix="content-pipeline-") as scratch:
+        command = [sys.executable, "-m", "pipeline", "all", "--db", str(Path(scratch, "c.db"))]
+        done = subprocess.run(command, cwd=HERE, capture_output=True, text=True, timeout=300,
+                              stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         sys.stderr.write(done.stdout + done.stderr)
-        return f"rebuilding {DATABASE} failed (python -m pipeline all: exit {done.returncode})"
-    return f"rebuilt {DATABASE} (python -m pipeline all)"
+        return f"python -m pipeline all fails (exit {done.returncode}) on a scratch database"
+    return "python -m pipeline all runs on a scratch database"
 
 
 def run(prompt: str) -> str:
@@ -111,7 +118,7 @@ def run(prompt: str) -> str:
     except ValueError as exc:
         return f"agent: {story}: {exc}; nothing changed"
     wrote = f"wrote {', '.join(changed)}" if changed else "its code was already in place"
-    return f"agent: {story}: {wrote}; {rebuild()}"
+    return f"agent: {story}: {wrote}; {try_it()}"
 
 
 def main(argv: list[str]) -> int:

@@ -36,27 +36,51 @@ def connect(path: Path, *, create: bool = False) -> sqlite3.Connection:
     return conn
 
 
+SIDE_FILES = ("-journal", "-wal", "-shm")
+"""What SQLite keeps beside a database file ``x.db``: ``x.db-journal`` (rollback journal),
+``x.db-wal`` and ``x.db-shm`` (write-ahead log)."""
+
+
+def remove_side_files(path: Path) -> None:
+    """Remove the journal and write-ahead log files of the database at ``path``.
+
+    A process killed in the middle of a write leaves its journal behind, and SQLite writes the
+    pages it holds back into whatever file is next opened under that name: after a rebuild,
+    pages of the old database would be mixed into the new one. Call this only when no
+    connection to ``path`` is open.
+    """
+    for suffix in SIDE_FILES:
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+
 def create(path: Path, *, force: bool = False) -> None:
     """Build a new database at ``path`` from the schema and the seed, checked.
 
     The database is built in a temporary file next to ``path`` and moved into place only
     when the seed loaded and ``PRAGMA integrity_check`` and ``foreign_key_check`` are clean,
-    so ``path`` is never left half-built.
+    so ``path`` is never left half-built. The old file's journal or write-ahead log, if a
+    killed process left one, goes with it.
 
     Raises:
-        PipelineError: ``path`` exists and ``force`` is false, or the schema or seed fails.
+        PipelineError: ``path`` exists and ``force`` is false, ``path`` is a folder, the
+            file cannot be written, or the schema or seed fails.
     """
+    if path.is_dir():
+        raise PipelineError(f"{path} is a folder; give the path of a database file")
     if path.exists() and not force:
         raise PipelineError(f"{path} exists; pass --force to replace it")
-    path.parent.mkdir(parents=True, exist_ok=True)
     building = path.with_name(f".{path.name}.{os.getpid()}.building")
-    building.unlink(missing_ok=True)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        building.unlink(missing_ok=True)
+        remove_side_files(building)
         conn = connect(building, create=True)
         try:
             # One transaction for both files: one write to disk instead of one per statement.
-            conn.executescript("BEGIN;\n" + SCHEMA.read_text(encoding="utf-8") + "\n;\n"
-                               + SEED.read_text(encoding="utf-8") + "\n;\nCOMMIT;")
+            # Foreign keys are checked at the end, so that a bad seed row is named below.
+            conn.executescript("BEGIN;\nPRAGMA defer_foreign_keys = ON;\n"
+                               + SCHEMA.read_text(encoding="utf-8") + "\n;\n"
+                               + SEED.read_text(encoding="utf-8") + "\n;\n")
             problems = verify(conn)
             if problems:
                 raise PipelineError("the seeded database is broken: " + "; ".join(problems))
@@ -66,9 +90,18 @@ def create(path: Path, *, force: bool = False) -> None:
             raise PipelineError(f"cannot build {path}: {exc}") from None
         finally:
             conn.close()
+        # No connection to the old file is open here: drop what a killed writer left of it
+        # before the new file takes its name (and after, for one that raced in between).
+        remove_side_files(path)
         os.replace(building, path)
+        remove_side_files(path)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise PipelineError(f"cannot build {path}: {exc.strerror or exc}{where}") from None
     finally:
-        building.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            building.unlink(missing_ok=True)
+            remove_side_files(building)
 
 
 def verify(conn: sqlite3.Connection) -> list[str]:
