@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import traceback
 import types
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,35 @@ def unknown_hooks(pluginmanager: pytest.PytestPluginManager) -> list[str]:
     return out
 
 
+#: Misspelt hooks of conftest.py files that were registered during collection (and then
+#: unregistered, so that pluggy does not end the session with an internal error), by plugin
+#: manager.
+_LATE: weakref.WeakKeyDictionary[pytest.PytestPluginManager, list[str]] = \
+    weakref.WeakKeyDictionary()
+
+
+def misspelt(plugin: object) -> list[str]:
+    """The ``pytest_ralph_*`` names that ``plugin`` (a module or object) defines and that are
+    not hooks."""
+    from .hookspecs import HOOK_NAMES
+
+    return sorted(name for name in dir(plugin)
+                  if name.startswith("pytest_ralph_") and name not in HOOK_NAMES
+                  and callable(getattr(plugin, name, None)))
+
+
+def set_aside(plugin: object, manager: pytest.PytestPluginManager) -> None:
+    """For ``pytest_plugin_registered``: unregister a ``conftest.py`` with a misspelt
+    ``pytest_ralph_*`` hook and remember it for :func:`check_hook_names`."""
+    if _conftest_dir(plugin) is None:
+        return
+    names = misspelt(plugin)
+    if names:
+        manager.unregister(plugin)
+        _LATE.setdefault(manager, []).append(
+            f"{', '.join(names)} (in {getattr(plugin, '__file__', plugin)})")
+
+
 def check_hook_names(pluginmanager: pytest.PytestPluginManager) -> None:
     """Refuse misspelt ``pytest_ralph_*`` hook names.
 
@@ -66,13 +96,42 @@ def check_hook_names(pluginmanager: pytest.PytestPluginManager) -> None:
         pytest.UsageError: a plugin or conftest.py implements a ``pytest_ralph_*`` hook that
             does not exist.
     """
-    unknown = unknown_hooks(pluginmanager)
+    unknown = _LATE.get(pluginmanager, []) + unknown_hooks(pluginmanager)
     if unknown:
         from .hookspecs import HOOK_NAMES
 
         raise pytest.UsageError(
             f"pytest-ralph: unknown hook {'; '.join(unknown)}: expected one of "
             f"{', '.join(HOOK_NAMES)} (see docs/hooks.md)")
+
+
+def scan_conftests(folder: Path, rootdir: Path) -> list[str]:
+    """Misspelt ``pytest_ralph_*`` functions defined in the ``conftest.py`` files of
+    ``folder`` and its parents up to ``rootdir``, read without importing them (the loop
+    controller does not load a subfolder's conftest.py): ``"NAME (in FILE)"`` each."""
+    import ast
+
+    from .hookspecs import HOOK_NAMES
+
+    out = []
+    folder = folder.resolve()
+    root = rootdir.resolve()
+    chain = [folder, *folder.parents] if folder.is_relative_to(root) else [folder]
+    for d in chain:
+        path = d / "conftest.py"
+        try:
+            tree = ast.parse(path.read_bytes(), str(path))
+        except (OSError, SyntaxError, ValueError):
+            tree = None
+        if tree is not None:
+            names = sorted(n.name for n in tree.body
+                           if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                           and n.name.startswith("pytest_ralph_") and n.name not in HOOK_NAMES)
+            if names:
+                out.append(f"{', '.join(names)} (in {path})")
+        if d == root:
+            break
+    return out
 
 
 def _conftest_dir(plugin: object) -> Path | None:
@@ -181,8 +240,20 @@ class ConfigHooks(LoopHooks):
             raise _raised(name, exc) from exc
 
     def prd_loaded(self, prd: PRD) -> None:
-        """``pytest_ralph_prd_loaded``; from now on the hooks are those of the PRD's folder."""
+        """``pytest_ralph_prd_loaded``; from now on the hooks are those of the PRD's folder.
+
+        Raises:
+            LoopUsageError: a conftest.py of the PRD's folder or a parent has a misspelt
+                ``pytest_ralph_*`` hook.
+        """
         self.scope = prd.path.resolve().parent
+        unknown = scan_conftests(self.scope, self.config.rootpath)
+        if unknown:
+            from .hookspecs import HOOK_NAMES
+            from .loop import LoopUsageError
+
+            raise LoopUsageError(f"unknown hook {'; '.join(unknown)}: expected one of "
+                                 f"{', '.join(HOOK_NAMES)} (see docs/hooks.md)")
         self._call("pytest_ralph_prd_loaded", prd=prd)
 
     def build_prompt(self, template: str, context: PromptContext) -> str:

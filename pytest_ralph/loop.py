@@ -567,7 +567,8 @@ class Loop:
         n_crit = sum(len(st.criteria) for st in selected)
         self._print(f"pytest-ralph: loop on {prd.path} ({plural(n_crit, 'criterion', 'criteria')}"
                     f" of {plural(len(selected), 'story', 'stories')}); agent "
-                    f"{json.dumps(argv)}; max iterations {s.max_iterations}; breaker "
+                    f"{self._redactor.text(json.dumps(argv))}; max iterations {s.max_iterations}; "
+                    f"breaker "
                     f"{s.breaker}; state {run.run_dir.path}")
         dialect = self._dialect_text(prd)
         if dialect:
@@ -583,7 +584,8 @@ class Loop:
                 code = self._iterate(run, state, argv)
         except HookError as exc:  # a plugin's or conftest.py's hook failed
             code = self._stop(run, "crashed", EXIT_INTERNAL,
-                              f"{exc}; fix it, then `pytest --ralph` resumes this run")
+                              f"{exc}; fix it, then `pytest --ralph` resumes this run (with "
+                              "--ralph-allow-criteria-edits when the fix is in a conftest.py)")
         except (KeyboardInterrupt, Interrupted, Cancelled) as exc:
             n = len(run.iterations)
             where = f"iteration {n}" if n else "the baseline check"

@@ -95,6 +95,9 @@ class StopDecision:
     escalate: str = ""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.stop, bool) or not isinstance(self.reason, str):
+            raise ValueError(f"StopDecision({self.stop!r}, {self.reason!r}): expected stop to be "
+                             "True or False and reason a str")
         if self.status not in STOP_STATUSES:
             raise ValueError(f"StopDecision status {self.status!r}: expected one of "
                              f"{', '.join(STOP_STATUSES)}")

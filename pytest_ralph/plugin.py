@@ -65,6 +65,14 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
         pluginmanager.register(BuiltinHooks(), BUILTIN_PLUGIN)
 
 
+def pytest_plugin_registered(plugin: object, manager: pytest.PytestPluginManager) -> None:
+    """Set aside a ``conftest.py`` with a misspelt ``pytest_ralph_*`` hook, for a usage error
+    instead of pluggy's internal error (:func:`pytest_ralph.hookimpls.set_aside`)."""
+    from .hookimpls import set_aside
+
+    set_aside(plugin, manager)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Register ``--ralph*`` options (group ``ralph``) and their ``ralph_*`` ini twins."""
     group = parser.getgroup("ralph", "Ralph agent loops (pytest-ralph)")
@@ -420,8 +428,12 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
-    """Add the discovered PRD when pytest's own walk did not reach it (a hidden ``.ralph/``
-    folder, outside ``testpaths``); deselect stories not named by ``--ralph-story``."""
+    """Refuse misspelt hooks of conftest.py files loaded during collection; add the
+    discovered PRD when pytest's own walk did not reach it (a hidden ``.ralph/`` folder,
+    outside ``testpaths``); deselect stories not named by ``--ralph-story``."""
+    from .hookimpls import check_hook_names
+
+    check_hook_names(config.pluginmanager)
     prd = config.stash.get(DISCOVERED_PRD, None)
     if prd is not None and prd not in config.stash.get(COLLECTED_PRDS, set()):
         node = PRDFile.from_parent(session, path=prd)

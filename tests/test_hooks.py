@@ -219,6 +219,24 @@ def test_misspelt_hook_is_refused_at_start(pytester: pytest.Pytester,
     assert not (pytester.path / ".pytest_ralph").exists()  # no agent ran
 
 
+@pytest.mark.parametrize("args", [[], ["sub/prd.json"],
+                                  ["--ralph", "--ralph-prd", "sub/prd.json", "--ralph-agent",
+                                   "touch AGENT-RAN"]])
+def test_misspelt_hook_in_a_subfolder_conftest_is_refused(
+        pytester: pytest.Pytester, args: list[str]) -> None:
+    """A conftest.py that pytest loads during collection, or that the loop controller does not
+    load at all, is still refused with a usage error, before any agent runs."""
+    sub = pytester.mkdir("sub")
+    (sub / "conftest.py").write_text("def pytest_ralph_make_checks(criterion):\n    pass\n")
+    (sub / "prd.json").write_text(json.dumps({"userStories": [story("US-1", {"exists": "a"})]}))
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == 4, result.stdout.str() + result.stderr.str()
+    assert "pytest-ralph: unknown hook pytest_ralph_make_checks (in " \
+           f"{sub / 'conftest.py'}): expected one of" in result.stderr.str()
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert not (pytester.path / "AGENT-RAN").exists()
+
+
 #: A conftest.py in tests/ that claims the kind "mine".
 MINE = """
 from pytest_ralph import CheckResult
@@ -474,6 +492,10 @@ def test_stop_decision_refuses_bad_values() -> None:
     with pytest.raises(ValueError, match="escalate 'bogus': expected one of '', 'breaker', "
                                          "'all-blocked'"):
         StopDecision(True, "x", escalate="bogus")
+    with pytest.raises(ValueError, match="expected stop to be True or False and reason a str"):
+        StopDecision(True, 42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="expected stop to be True or False"):
+        StopDecision("yes", "x")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="needs a reason"):
         StopDecision(True, " ")
     assert StopDecision(True, "x", "breaker").exit_code == 6
@@ -509,7 +531,8 @@ def test_a_failing_loop_hook_ends_the_run_as_crashed_and_resumes(
     result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass")
     assert result.ret == 3, result.stdout.str() + result.stderr.str()
     result.stdout.fnmatch_lines([f"pytest-ralph: crashed (exit 3) after * iteration*: "
-                                 f"{message}; fix it, then `pytest --ralph` resumes this run"])
+                                 f"{message}; fix it, then `pytest --ralph` resumes this run (with "
+                                 "--ralph-allow-criteria-edits when the fix is in a conftest.py)"])
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
     # conftest.py is guarded like the criteria: fixing it needs --ralph-allow-criteria-edits.
     (pytester.path / "conftest.py").unlink()
