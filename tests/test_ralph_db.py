@@ -208,7 +208,7 @@ def test_a_broken_build_is_reported_for_every_test_and_built_once(
         def test_db(ralph_db, n):
             pass
     """)
-    result = pytester.runpytest()
+    result = pytester.runpytest("-rN")  # no short summary: its width differs under CI
     result.assert_outcomes(errors=3)
     assert result.stdout.str().count(
         "db/seed.sql line 5: INSERT INTO nowhere VALUES (1): no such table: nowhere") == 3
