@@ -959,9 +959,9 @@ def _check_field_problems(c: dict[str, Any], parts: tuple[str | int, ...],
     problems: list[Problem] = []
     if "kind" in c:  # a plugin's kind: its fields are its own
         return problems
-    cp, line, col = where.at(parts)
     kinds = sorted({CHECK_KEYS[k][0] for k in c if k in CHECK_KEYS})
     if len(kinds) > 1:
+        cp, line, col = where.at(parts)
         keys = ", ".join(repr(k) for k in c if k in CHECK_KEYS)
         problems.append(Problem(cp, f"a criterion has several check kinds ({keys}); expected "
                                 "exactly one", line, col,
@@ -1024,7 +1024,7 @@ def _duplicate_id_problems(data: dict[str, Any], where: _Locator) -> list[Proble
     """Duplicate story ids, duplicate criterion ids within a story, and check objects the
     schema cannot judge, in the normalized ``data`` (reported with the schema problems)."""
     problems: list[Problem] = []
-    first_story: dict[str, str] = {}
+    first_story: dict[str, int] = {}
     for pos, story in enumerate(data["userStories"]):
         sid: str = story["id"]
         sp: tuple[str | int, ...] = ("userStories", pos)
@@ -1034,18 +1034,20 @@ def _duplicate_id_problems(data: dict[str, Any], where: _Locator) -> list[Proble
             continue
         if sid in first_story:
             jp, line, col = where.at((*sp, "id"))
+            first = first_story[sid]
+            first_at = where.path(("userStories", first)) + (
+                ", made from its position: that story has no id"
+                if where.origins[first].id_synthesized else "")
             problems.append(Problem(
                 jp, f"duplicate story id {sid!r}{made if where.origins[pos].id_synthesized else ''}"
-                f" (first used at {first_story[sid]})", line, col,
+                f" (first used at {first_at})", line, col,
                 hint="give every story its own id"))
         else:
-            first_story[sid] = where.path(sp) + (
-                ", made from its position: that story has no id"
-                if where.origins[pos].id_synthesized else "")
+            first_story[sid] = pos
         criteria = story.get("acceptanceCriteria")
         if not isinstance(criteria, list):
             continue
-        seen: dict[str, str] = {}
+        seen: dict[str, tuple[str | int, ...]] = {}
         for i, c in enumerate(criteria):
             cparts = (*sp, "acceptanceCriteria", i)
             if isinstance(c, dict):
@@ -1058,12 +1060,13 @@ def _duplicate_id_problems(data: dict[str, Any], where: _Locator) -> list[Proble
                 problems.append(Problem(jp, "expected a criterion with visible text; found "
                                         f"{json.dumps(c)}", line, col))
             cid = explicit if isinstance(explicit, str) and explicit else f"AC{i + 1}"
-            cp, line, col = where.at(cparts)
-            if cid in seen:
+            if cid in seen:  # positions only for a duplicate: finding them is not free
+                cp, line, col = where.at(cparts)
+                also, _, _ = where.at(seen[cid])
                 problems.append(Problem(
-                    cp, f"duplicate criterion id {cid!r} in story {sid!r} (also {seen[cid]})",
+                    cp, f"duplicate criterion id {cid!r} in story {sid!r} (also {also})",
                     line, col, hint="give the criterion its own 'id'"))
-            seen.setdefault(cid, cp)
+            seen.setdefault(cid, cparts)
     return problems
 
 
