@@ -15,6 +15,7 @@ and removed after it (:func:`private_bytecode`): ``.pyc`` files planted in the p
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import sys
@@ -40,6 +41,29 @@ PYCACHE_PREFIX_ENV = "PYTHONPYCACHEPREFIX"
 #: Prefix of the name of a private bytecode folder (in the system's temporary folder).
 PYCACHE_DIR_PREFIX = "pytest-ralph-pycache-"
 
+#: Set by the launcher for its pytest-xdist workers (and removed by each when it reads it):
+#: the ``sys.path`` entry before which the worker puts the working directory ("": first).
+WORKER_ROOTDIR_ENV = "PYTEST_RALPH_WORKER_ROOTDIR_BEFORE"
+
+#: How a pytest-xdist worker of a child pytest starts (``python -u -c XDIST_WORKER_BOOT
+#: -u -c <execnet's bootstrap>``): it removes the working directory (the rootdir) from
+#: ``sys.path``, then runs execnet's bootstrap as ``python -c`` would. No ``//`` in it: execnet
+#: splits its specs there.
+XDIST_WORKER_BOOT = """\
+import os, sys
+_cwd = os.path.realpath(os.getcwd())
+def _other(entry):
+    try:
+        return os.path.realpath(entry or os.curdir) != _cwd
+    except (TypeError, ValueError, OSError):
+        return True
+sys.path[:] = [p for p in sys.path if _other(p)]
+_boot = sys.argv[-1]
+sys.argv[:] = ["-c"]
+del _cwd, _other
+exec(_boot)
+"""
+
 #: Source run by ``python -c`` instead of ``python -m pytest``, with the same arguments.
 #:
 #: ``python -m pytest`` puts the working directory (the rootdir) first on ``sys.path`` before it
@@ -54,6 +78,16 @@ PYCACHE_DIR_PREFIX = "pytest-ralph-pycache-"
 #: ``sys.path`` had no such entry (``PYTHONSAFEPATH``, Python 3.11+) none is added, as with
 #: ``-m``. ``sys.argv[0]`` is pytest's ``__main__.py``, and usage errors name
 #: ``python -m pytest``; the exit status is pytest's.
+#:
+#: pytest-xdist workers (``-n``, from ``--ralph-workers`` or the ``addopts``) get the same
+#: protection: a worker starts as ``python -c ...`` in the rootdir, which would put it first
+#: on ``sys.path`` while the worker imports execnet, pytest and xdist. Each local ``popen``
+#: worker of ``--tx`` (``-n N`` makes N of them) that names no interpreter of its own starts
+#: with :data:`XDIST_WORKER_BOOT` instead, which removes the working directory from
+#: ``sys.path``; xdist then gives the worker the launcher's ``sys.path`` as it was when xdist
+#: was imported (the working directory last), so the worker loads its plugins as the launcher
+#: does, and the ``pytest_load_initial_conftests`` hook of :mod:`pytest_ralph.plugin` moves
+#: the working directory where the launcher put it (:data:`WORKER_ROOTDIR_ENV` says where).
 PYTEST_LAUNCHER = """\
 import os, sys
 
@@ -72,9 +106,18 @@ def _launch():
     add = len(kept) < len(sys.path)
     sys.path[:] = kept
     anchor = sys.path[0] if sys.path else None
+    import shlex
     import pytest
     if add:
         sys.path.append(cwd)
+
+    def isolated(spec):
+        parts = str(spec).split("//")
+        if (parts[0].split("*", 1)[-1] != "popen"
+                or any(p.startswith("python=") for p in parts[1:])):
+            return spec
+        python = shlex.join([sys.executable, "-u", "-c", WORKER_BOOT])
+        return spec if "//" in python else f"{spec}//python={python}"
 
     class RootdirFirst:
         def pytest_addoption(self, parser):
@@ -94,11 +137,22 @@ def _launch():
             at = sys.path.index(anchor) if anchor in sys.path else 0
             sys.path.insert(at, cwd)
 
+        def pytest_configure(self, config):
+            tx = getattr(config.option, "tx", None)
+            if isinstance(tx, list) and tx:
+                config.option.tx = [isolated(spec) for spec in tx]
+                if add and config.option.tx != tx:
+                    os.environ[WORKER_ENV] = "" if anchor is None else anchor
+
     sys.argv[0] = os.path.join(os.path.dirname(pytest.__file__), "__main__.py")
     code = pytest.main(plugins=[RootdirFirst()])
     sys.stdout.flush()
     return code
+"""
+PYTEST_LAUNCHER += f"""
 
+WORKER_BOOT = {XDIST_WORKER_BOOT!r}
+WORKER_ENV = {WORKER_ROOTDIR_ENV!r}
 
 sys.exit(_launch())
 """
@@ -109,6 +163,38 @@ def pytest_command(python: str) -> list[str]:
     ``python -m pytest`` but without letting the working directory shadow pytest or its
     plugins (see :data:`PYTEST_LAUNCHER`)."""
     return [python, "-c", PYTEST_LAUNCHER]
+
+
+#: The usage error of ``workers`` without pytest-xdist.
+XDIST_NEEDED = "--ralph-workers needs pytest-xdist: pip install pytest-xdist"
+
+
+def xdist_installed() -> bool:
+    """Whether pytest-xdist can be imported (the child pytest runs with the same interpreter
+    as the controller); nothing is imported."""
+    try:
+        return importlib.util.find_spec("xdist") is not None
+    except (ImportError, ValueError):  # a broken parent package, or a module without a spec
+        return False
+
+
+def workers_problem(workers: str, plugin_args: Sequence[str]) -> str:
+    """Why the check phases cannot run on ``workers`` pytest-xdist workers, or ``""``.
+
+    Args:
+        workers: the ``-n`` value (``""``: none asked for, never a problem).
+        plugin_args: the command line's ``-p`` options passed on to the child (``-p`` and
+            its value, as :func:`pytest_ralph.plugin.child_args` gives them).
+    """
+    if not workers:
+        return ""
+    if not xdist_installed():
+        return XDIST_NEEDED
+    pairs = zip(plugin_args[::2], plugin_args[1::2], strict=False)
+    if any(flag == "-p" and value.strip() in ("no:xdist", "no:xdist.plugin")
+           for flag, value in pairs):
+        return "--ralph-workers needs pytest-xdist, which -p no:xdist turns off; drop one"
+    return ""
 
 
 def private_bytecode(env: dict[str, str], prefix: str) -> None:
@@ -147,6 +233,9 @@ class CheckPhaseConfig:
             project, so that the phases after the first do not compile the installed packages
             again; the bytecode of the project's own files is removed before each phase);
             ``None``: a fresh one per phase, removed after it.
+        workers: the pytest-xdist ``-n`` value (``"4"``, ``"auto"``, ``"0"`` for none), passed
+            after the user's ``addopts`` so that it wins over an ``-n`` there; ``""``: no
+            ``-n`` (the ``addopts`` decide).
     """
 
     prd: Path
@@ -164,6 +253,7 @@ class CheckPhaseConfig:
     extra_args: tuple[str, ...] = ()
     nodeids: tuple[str, ...] = ()
     pycache: Path | None = None
+    workers: str = ""
 
     def argv(self, results_path: Path, junit_path: Path | None = None) -> list[str]:
         """The child pytest's argv (started by :func:`pytest_command`)."""
@@ -176,6 +266,11 @@ class CheckPhaseConfig:
                 "-k", self.keyword, "-m", self.markexpr, "--maxfail=0"]
         if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
             argv += ["-p", "pytest_ralph.plugin"]
+            if self.workers:
+                argv += ["-p", "xdist"]
+        if self.workers:
+            # On the command line, after the ini's addopts and PYTEST_ADDOPTS: this -n wins.
+            argv += ["-n", self.workers]
         if self.inifile is not None:
             argv += ["-c", str(self.inifile)]
         for story in self.stories:

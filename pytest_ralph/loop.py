@@ -36,7 +36,7 @@ from .agent import (
     resolve_executable,
     run_agent,
 )
-from .checkrun import PYCACHE_DIR_PREFIX, CheckPhaseConfig, run_check_phase
+from .checkrun import PYCACHE_DIR_PREFIX, CheckPhaseConfig, run_check_phase, workers_problem
 from .checks import VERIFIER_KIND
 from .escalation import (
     ESCALATE_MIN_SECONDS,
@@ -341,10 +341,15 @@ class Loop:
         """Find and load the PRD and apply the story filter.
 
         Raises:
-            LoopUsageError: bad PRD, unknown story ids mixed with known ones.
+            LoopUsageError: bad PRD, unknown story ids mixed with known ones; ``workers`` set
+                without pytest-xdist.
             NoCriteria: no PRD found, no stories, or the story filter matches none.
         """
         s = self.settings
+        problem = workers_problem(self._workers(), self.child_args)
+        if problem:
+            raise LoopUsageError(f"{problem} (workers = {s.workers} from "
+                                 f"{s.sources.get('workers')})")
         path = s.prd
         if path is None:
             path = discover_prd(self.rootdir)
@@ -427,7 +432,13 @@ class Loop:
                                 python=self.python, keyword=self.keyword,
                                 markexpr=self.markexpr, junitxml=self.junitxml,
                                 deselect=self.deselect, expected=expected,
-                                extra_args=self.child_args, pycache=self._pycache)
+                                extra_args=self.child_args, pycache=self._pycache,
+                                workers=self._workers())
+
+    def _workers(self) -> str:
+        """The ``-n`` value of the check phases (``""``: none, the ``addopts`` decide)."""
+        workers = self.settings.workers
+        return "" if workers is None else str(workers)
 
     def _selection(self) -> str:
         """``-k 'x' --deselect y``: the options that select criteria, as the user gave them."""
@@ -1195,8 +1206,10 @@ class Loop:
         newly = [c for c in results.failing if c.key in passed_before and c.kind != "missing"]
         if not newly or results.errors:
             return results, ()
+        # In one process when the phases run on pytest-xdist workers: a few criteria do not
+        # pay for starting the workers (and "-n 0" wins over an -n in the addopts).
         again = run_check_phase(self._bounded(replace(
-            phase, junitxml=None,
+            phase, junitxml=None, workers="0" if phase.workers else "",
             nodeids=tuple(f"{phase.prd}::{c.story}::{c.criterion}" for c in newly),
             expected=tuple((c.story, c.criterion, c.text) for c in newly))), folder / "recheck")
         asked = {c.key for c in newly}

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from .checkrun import CHILD_ENV
+from .checkrun import CHILD_ENV, WORKER_ROOTDIR_ENV
 from .checks import VERIFIER_KIND, VERIFIER_PASSED
 from .collect import (
     COLLECTED_PRDS,
@@ -63,6 +63,24 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
     if not pluginmanager.has_plugin(BUILTIN_PLUGIN):
         pluginmanager.register(BuiltinHooks(), BUILTIN_PLUGIN)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests() -> None:
+    """On a pytest-xdist worker of a check phase, before the first ``conftest.py`` loads: put
+    the rootdir (the working directory) where the check phase's launcher put it, as
+    ``python -m pytest`` has it (:data:`pytest_ralph.checkrun.PYTEST_LAUNCHER`)."""
+    anchor = os.environ.pop(WORKER_ROOTDIR_ENV, None)  # not for what the worker starts
+    if anchor is None or not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    cwd = os.getcwd()
+    for i in range(len(sys.path) - 1, -1, -1):
+        if sys.path[i] == cwd:
+            del sys.path[i]
+            break
+    else:
+        return
+    sys.path.insert(sys.path.index(anchor) if anchor in sys.path else 0, cwd)
 
 
 def pytest_plugin_registered(plugin: object, manager: pytest.PytestPluginManager) -> None:
@@ -136,7 +154,8 @@ def _ini_type(kind: str) -> Any:
     (``ralph_max_iterations = 8``, ``ralph_strict = true``)."""
     if pytest.version_tuple < (9, 2):
         return "string"
-    native: dict[str, Any] = {"int": str | int, "float": str | float | int, "bool": str | bool}
+    native: dict[str, Any] = {"int": str | int, "float": str | float | int, "bool": str | bool,
+                              "workers": str | int}
     return native.get(kind, "string")
 
 
@@ -213,6 +232,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
                              ("markers", "--markers", "run it without --ralph")):
         if config.getoption(flag, False):
             raise pytest.UsageError(f"pytest-ralph: {name} cannot be used with --ralph ({hint})")
+    _refuse_numprocesses(config, "--ralph" if config.getoption("ralph") else "--ralph-dry-run")
     settings = _positional_prd(config, get_settings(config))
     from .hookimpls import ConfigHooks, check_hook_names
 
@@ -262,6 +282,7 @@ def _command(config: pytest.Config, flag: str) -> tuple[int, str]:
                 f"pytest-ralph: {' and '.join(selection)} cannot be used with --ralph-init: a "
                 "Claude Code run checks every criterion of its stories; choose stories with "
                 "--ralph-story ID instead")
+        _refuse_numprocesses(config, flag)
         from .driver import arm
 
         return arm(settings, rootdir=config.rootpath, inifile=config.inipath,
@@ -274,6 +295,24 @@ def _command(config: pytest.Config, flag: str) -> tuple[int, str]:
     from .control import cancel, status
 
     return cancel(settings.dir) if flag == "--ralph-cancel" else status(settings.dir)
+
+
+def _refuse_numprocesses(config: pytest.Config, flag: str) -> None:
+    """Refuse pytest-xdist's ``-n`` on the command line of ``--ralph`` or ``--ralph-init``: the
+    controller checks nothing itself, and the check phases take ``--ralph-workers`` (an ``-n``
+    in the ``addopts`` reaches them by the ini file).
+
+    Raises:
+        pytest.UsageError: ``-n N``, ``-nN``, ``--numprocesses N`` or ``--numprocesses=N``.
+    """
+    for arg in config.invocation_params.args:
+        value = arg[2:] if arg.startswith("-n") and not arg.startswith("--") else (
+            arg.partition("=")[2] if arg.startswith("--numprocesses=") else None)
+        if arg in ("-n", "--numprocesses") or (value and (value.isdigit() or value in (
+                "auto", "logical"))):
+            raise pytest.UsageError(
+                f"pytest-ralph: -n cannot be used with {flag} (the checks run in child "
+                "processes: use --ralph-workers N or auto)")
 
 
 def child_args(args: Sequence[str]) -> tuple[str, ...]:
@@ -347,7 +386,8 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = get_settings(config)
     results = config.getoption("ralph_results", None)
     if results:
-        config.pluginmanager.register(ResultsRecorder(Path(results)), "ralph-results")
+        if not hasattr(config, "workerinput"):  # a pytest-xdist worker reports to its controller
+            config.pluginmanager.register(ResultsRecorder(Path(results)), "ralph-results")
         _sigterm_interrupts()
     config.pluginmanager.register(GateSummary(config), "ralph-gate-summary")
     if settings.prd is not None and not settings.prd.is_file() and not _is_child():
@@ -457,18 +497,38 @@ def _props(report: pytest.TestReport) -> dict[str, Any]:
 
 
 class ResultsRecorder:
-    """In the loop's child pytest: collect criterion outcomes and write the results file."""
+    """In the loop's child pytest: collect criterion outcomes and write the results file.
+
+    Under pytest-xdist it runs on the controller only (the workers' reports reach it) and
+    writes the same file as one process would: criteria in collection order (the PRD's),
+    each collection error once (every worker collects), and, as without xdist, where a
+    collection error stops the session before any check runs, no criteria and exit 2.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.results: dict[str, CriterionResult] = {}
         self.errors: list[str] = []
+        self.order: dict[str, int] = {}
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Keep the collection order (after deselection)."""
+        if not self.order:
+            self.order = {item.nodeid: i for i, item in enumerate(session.items)}
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
+        """On the pytest-xdist controller, which collects nothing: keep the collection order of
+        the first worker (xdist refuses workers that collect differently)."""
+        if not self.order:
+            self.order = {nodeid: i for i, nodeid in enumerate(ids)}
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         """Keep collection errors: the loop counts them as failures."""
         if report.failed:
-            self.errors.append(f"collection error in {report.nodeid or '.'}:\n"
-                               f"{report.longreprtext}")
+            text = f"collection error in {report.nodeid or '.'}:\n{report.longreprtext}"
+            if text not in self.errors:
+                self.errors.append(text)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Record each criterion's outcome from its reports (works under xdist too)."""
@@ -498,7 +558,18 @@ class ResultsRecorder:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Write the results file."""
-        write_results(self.path, self.results.values(), self.errors, int(exitstatus))
+        last = len(self.order)
+        criteria = sorted(self.results.values(), key=lambda r: self.order.get(r.nodeid, last))
+        config = session.config
+        if (self.errors and config.pluginmanager.has_plugin("dsession")
+                and not config.getoption("continue_on_collection_errors", False)):
+            # pytest-xdist runs what the workers did collect; pytest alone runs nothing
+            # after a collection error and exits 2: do as it does.
+            criteria = []
+            if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED,
+                              pytest.ExitCode.NO_TESTS_COLLECTED):
+                exitstatus = session.exitstatus = pytest.ExitCode.INTERRUPTED
+        write_results(self.path, criteria, self.errors, int(exitstatus))
 
 
 class GateSummary:

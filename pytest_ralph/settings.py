@@ -33,7 +33,8 @@ class Spec:
             ``PYTEST_RALPH_<NAME>``.
         help: one line for ``pytest --help``.
         kind: ``str``, ``path``, ``int``, ``float``, ``bool``, ``list``, ``choice`` (one of
-            :data:`GATE_MODES`) or ``mapping`` (``text = command`` lines).
+            :data:`GATE_MODES`), ``mapping`` (``text = command`` lines) or ``workers`` (an
+            integer from ``low`` to ``high``, or :data:`AUTO_WORKERS`).
         default: the value when no source sets it.
         cli: the command-line option, or ``""`` for ini/environment only.
         low, high: inclusive bounds of a number (``low`` exclusive for ``float``).
@@ -119,12 +120,18 @@ SPECS: tuple[Spec, ...] = (
     Spec("promise", "Completion promise for the Claude Code driver: besides every criterion "
          "passing, the session's final message must hold the line <promise>TEXT</promise>.",
          "str", None, "--ralph-promise", metavar="TEXT"),
+    Spec("workers", "Run each check phase on N pytest-xdist workers (`-n N`), or 'auto' "
+         "(xdist's -n auto: one per CPU core); unset: in one process. Needs pytest-xdist.",
+         "workers", None, "--ralph-workers", 1, 256, metavar="N|auto"),
 )
 
 SPEC_BY_NAME = {s.name: s for s in SPECS}
 
 #: Values of ``gate``.
 GATE_MODES = ("all", "claims")
+
+#: The ``workers`` value that lets pytest-xdist pick the number (``-n auto``).
+AUTO_WORKERS = "auto"
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -161,6 +168,7 @@ class Settings:
     checks: tuple[tuple[str, str], ...]
     verifier: str | None
     promise: str | None
+    workers: int | str | None
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -291,6 +299,15 @@ def _convert(spec: Spec, raw: Any, source: str, base: Path) -> Any:
         if text not in GATE_MODES:
             raise bad(" or ".join(repr(m) for m in GATE_MODES))
         return text
+    if spec.kind == "workers":
+        text = str(raw).strip().lower()
+        if text == AUTO_WORKERS:
+            return AUTO_WORKERS
+        if isinstance(raw, bool) or not (text.isascii() and text.isdigit()) or not (
+                (spec.low or 1) <= int(text) <= (spec.high or 1)):
+            raise bad(f"a number of workers from {int(spec.low or 1)} to {int(spec.high or 1)}, "
+                      f"or {AUTO_WORKERS!r}")
+        return int(text)
     if spec.kind == "mapping":
         lines = raw if isinstance(raw, (list, tuple)) else str(raw).splitlines()
         pairs: dict[str, str] = {}
