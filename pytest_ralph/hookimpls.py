@@ -212,16 +212,20 @@ class ConfigHooks(LoopHooks):
         self.hook = config.hook
         #: The PRD's folder once the PRD is loaded: conftest.py files elsewhere do not apply.
         self.scope: Path | None = None
+        self._callers: dict[str, Any] = {}
 
     def _caller(self, name: str) -> Any:
         """The hook ``name`` as the PRD's folder sees it: every plugin, and the conftest.py
         files of that folder and its parents (as pytest scopes conftest hooks by folder)."""
         if self.scope is None:
             return getattr(self.hook, name)
-        pm = self.config.pluginmanager
-        remove = [p for p in pm.get_plugins()
-                  if (d := _conftest_dir(p)) is not None and not self.scope.is_relative_to(d)]
-        return pm.subset_hook_caller(name, remove) if remove else getattr(self.hook, name)
+        if name not in self._callers:  # once per hook: the fingerprint hook is called often
+            pm = self.config.pluginmanager
+            remove = [p for p in pm.get_plugins() if (d := _conftest_dir(p)) is not None
+                      and not self.scope.is_relative_to(d)]
+            self._callers[name] = (pm.subset_hook_caller(name, remove) if remove
+                                   else getattr(self.hook, name))
+        return self._callers[name]
 
     def _call(self, name: str, **kwargs: Any) -> Any:
         """Call the hook ``name`` with ``kwargs`` and the config.
@@ -247,6 +251,7 @@ class ConfigHooks(LoopHooks):
                 ``pytest_ralph_*`` hook.
         """
         self.scope = prd.path.resolve().parent
+        self._callers.clear()
         unknown = scan_conftests(self.scope, self.config.rootpath)
         if unknown:
             from .hookspecs import HOOK_NAMES
