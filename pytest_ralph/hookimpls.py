@@ -11,9 +11,11 @@ loop controller call the hooks.
 
 from __future__ import annotations
 
+import functools
 import traceback
 import types
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -155,6 +157,23 @@ def _raised(hook: str, exc: Exception) -> HookError:
     return HookError(f"a {hook} implementation raised {type(exc).__name__}: {exc}{where}")
 
 
+def _check_factory(config: pytest.Config) -> Callable[..., Check]:
+    """:func:`pytest_ralph.checks.make_check` with this session's settings filled in."""
+    from .checks import make_check
+    from .plugin import get_settings
+
+    settings = get_settings(config)
+    return functools.partial(
+        make_check, rootdir=config.rootpath, strict=settings.strict,
+        default_timeout=settings.check_timeout, text_checks=dict(settings.checks),
+        verifier=settings.verifier,
+        verifier_source=settings.sources.get("verifier", "ini ralph_verifier"))
+
+
+#: The session's :func:`_check_factory`, made on first use.
+_CHECK_FACTORY = pytest.StashKey["Callable[..., Check]"]()
+
+
 class BuiltinHooks:
     """pytest-ralph's own behaviour, as ``trylast`` hook implementations."""
 
@@ -163,16 +182,10 @@ class BuiltinHooks:
                                 config: pytest.Config) -> Check:
         """The built-in check kinds (:func:`pytest_ralph.checks.make_check`) with the
         session's settings."""
-        from .checks import make_check
-        from .plugin import get_settings
-
-        settings = get_settings(config)
-        return make_check(criterion, story, rootdir=config.rootpath, strict=settings.strict,
-                          default_timeout=settings.check_timeout,
-                          text_checks=dict(settings.checks), verifier=settings.verifier,
-                          verifier_source=settings.sources.get("verifier",
-                                                               "ini ralph_verifier"),
-                          prd=prd_path)
+        factory = config.stash.get(_CHECK_FACTORY, None)
+        if factory is None:
+            factory = config.stash[_CHECK_FACTORY] = _check_factory(config)
+        return factory(criterion, story, prd=prd_path)
 
     @pytest.hookimpl(trylast=True)
     def pytest_ralph_build_prompt(self, context: PromptContext, template: str) -> str:

@@ -9,13 +9,70 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 #: Criterion kinds built into this version. ``"text"`` is a plain-string criterion; any other
 #: kind is a plugin's (a check object with ``"kind": NAME``).
 CRITERION_KINDS = ("run", "pytest", "exists", "file", "sql", "schema", "python", "text")
+
+
+class DeferredLine:
+    """A line number found when it is first read: loading a large PRD does not place every
+    story and criterion in the file until something (a report, an item's location) asks.
+
+    Args:
+        find: called with ``key`` once, on first read; returns the 1-based line or ``None``.
+        key: what to find, e.g. the JSON path ``$.userStories[2].acceptanceCriteria[0]``.
+
+    Copying or pickling one gives the line itself.
+    """
+
+    __slots__ = ("_find", "_key")
+
+    def __init__(self, find: Callable[[str], int | None], key: str) -> None:
+        self._find = find
+        self._key = key
+
+    def resolve(self) -> int | None:
+        """The line (calls ``find``)."""
+        return self._find(self._key)
+
+    def __reduce__(self) -> tuple[Callable[[int | None], int | None], tuple[int | None]]:
+        return (_same, (self.resolve(),))
+
+
+def _same(value: int | None) -> int | None:
+    return value
+
+
+class _LineField:
+    """The ``line`` field of :class:`Criterion` and :class:`Story`: an ``int`` or ``None``,
+    which may be given as a :class:`DeferredLine` and is then found on first read (and
+    kept)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._slot = "_" + name
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> None: ...
+
+    @overload
+    def __get__(self, obj: object, objtype: type | None = None) -> int | None: ...
+
+    def __get__(self, obj: object | None, objtype: type | None = None) -> int | None:
+        if obj is None:
+            return None  # the field's default
+        value = obj.__dict__[self._slot]
+        if isinstance(value, DeferredLine):
+            value = value.resolve()
+            obj.__dict__[self._slot] = value
+        return value  # type: ignore[no-any-return]
+
+    def __set__(self, obj: object, value: int | DeferredLine | None) -> None:
+        obj.__dict__[self._slot] = value
 
 
 @dataclass(frozen=True)
@@ -39,7 +96,8 @@ class Criterion:
         cwd: working directory of a ``run`` command, relative to the rootdir.
         json_path: where the criterion sits in the file, e.g.
             ``$.userStories[0].acceptanceCriteria[1]``.
-        line: 1-based line of the criterion in the file, when known.
+        line: 1-based line of the criterion in the file, when known (``int`` or ``None``;
+            may be given as a :class:`DeferredLine`).
         synthesized: ``True`` when the PRD had no criteria for the story and
             the story's title stands in for one.
         spec: the check object's fields other than ``id`` and ``text`` (``{}`` for text):
@@ -55,7 +113,7 @@ class Criterion:
     timeout: float | None = None
     cwd: str | None = None
     json_path: str = ""
-    line: int | None = None
+    line: _LineField = _LineField()
     synthesized: bool = False
     spec: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -79,7 +137,8 @@ class Story:
         notes: free text, possibly empty.
         position: 0-based position in the file; breaks priority ties.
         json_path: where the story sits in the file, e.g. ``$.userStories[2]``.
-        line: 1-based line of the story in the file, when known.
+        line: 1-based line of the story in the file, when known (``int`` or ``None``;
+            may be given as a :class:`DeferredLine`).
         done_key: what the story's claim was read from: ``"passes"``, ``"status"`` (a
             dialect: ``status: done`` and the like), or ``""`` when it has neither.
     """
@@ -93,7 +152,7 @@ class Story:
     notes: str
     position: int
     json_path: str = ""
-    line: int | None = None
+    line: _LineField = _LineField()
     done_key: str = "passes"
 
     @property

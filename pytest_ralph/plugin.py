@@ -532,6 +532,8 @@ class ResultsRecorder:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Record each criterion's outcome from its reports (works under xdist too)."""
+        if report.passed and report.when != "call":
+            return  # a setup or teardown that passed says nothing
         props = _props(report)
         if PROP_STORY not in props:
             return
@@ -586,10 +588,10 @@ class GateSummary:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Count each criterion once, by its call report (or a failed setup)."""
+        if not (report.when == "call" or (report.when == "setup" and not report.passed)):
+            return
         props = _props(report)
         if PROP_STORY not in props:
-            return
-        if not (report.when == "call" or (report.when == "setup" and not report.passed)):
             return
         counts = self.stories.setdefault(str(props[PROP_STORY]),
                                          {"verified": 0, "claimed": 0, "failed": 0,

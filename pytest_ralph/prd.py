@@ -17,15 +17,15 @@ import json
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
 
+from .canonical import FastRules, fast_normalize
 from .dialects import (
     DialectError,
     Normalized,
@@ -35,7 +35,11 @@ from .dialects import (
     normalize,
     source_path,
 )
-from .model import PRD, Criterion, Story
+from .lines import JSONLines
+from .model import PRD, Criterion, DeferredLine, Story
+
+if TYPE_CHECKING:
+    import jsonschema
 
 #: Default size limit of a PRD file, in bytes (20 MiB).
 MAX_PRD_BYTES = 20 * 1024 * 1024
@@ -60,8 +64,16 @@ class _PRDLoader(_SAFE_LOADER):  # type: ignore[valid-type,misc]
     written as a plain value is the text as written (``on:`` is the key ``"on"``, not YAML
     1.1's ``true``; ``1:`` is ``"1"``)."""
 
+    #: A key repeated in one mapping (before merge keys are applied), or ``None``.
+    repeated_key: str | None = None
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        """As PyYAML's, except that scalar keys are their text as written."""
+        """As PyYAML's, except that scalar keys are their text as written; a repeated key
+        is noted in :attr:`repeated_key`."""
+        if self.repeated_key is None and len(node.value) > 1:
+            keys = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode)]
+            if len(set(keys)) < len(keys):
+                self.repeated_key = next(k for i, k in enumerate(keys) if k in keys[:i])
         self.flatten_mapping(node)  # merge keys (<<: *base), as the safe loader does
         mapping: dict[Any, Any] = {}
         for key_node, value_node in node.value:
@@ -187,7 +199,29 @@ def schema() -> dict[str, Any]:
 
 @functools.cache
 def _validator() -> jsonschema.Draft202012Validator:
+    import jsonschema  # only files the fast path cannot judge need it
+
     return jsonschema.Draft202012Validator(schema())
+
+
+@functools.cache
+def _fast_rules() -> FastRules:
+    return FastRules.from_schema(schema())
+
+
+#: A ``\uD800``-``\uDFFF`` escape (JSON, or YAML's ``\u``/``\U0000``): the text may hold
+#: an unpaired surrogate, which only the full path reports.
+_SURROGATE_TEXT = re.compile(r"\\(?:u|U0000)[dD][89a-fA-F]")
+
+
+def _fast_path_applies(text: str, fmt: str) -> bool:
+    """Whether the parsed data of ``text`` may go to :func:`fast_normalize`: no surrogate
+    escape in the text and, for JSON, surely fewer than :data:`MAX_VALUES` values (a value
+    after each ``,``, ``[`` and ``{`` at most). YAML over that size was counted by
+    :func:`_parse` already."""
+    if _SURROGATE_TEXT.search(text):
+        return False
+    return fmt == "yaml" or text.count(",") + text.count("[") + text.count("{") < MAX_VALUES
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,6 +273,12 @@ def load_prd(path: Path | str, *, max_bytes: int = MAX_PRD_BYTES) -> PRD:
         raise PRDError(path, conflicts)
     data, duplicates = _parse(path, text, fmt)
     positions = _Positions(text, fmt)
+    if not duplicates and _fast_path_applies(text, fmt):
+        fast = fast_normalize(data, _fast_rules())
+        if fast is not None:
+            lines = None if fmt == "yaml" else JSONLines(
+                strip_jsonc(text) if fmt == "jsonc" else text, lambda jp: positions.at(jp)[0])
+            return _build(path, fmt, fast, _Locator(positions, fast.origins, data, lines))
     shape = _shape_problems(data, positions, fmt)
     if shape:
         raise PRDError(path, shape)
@@ -292,14 +332,22 @@ class _Locator:
     """Where a path of the normalized data is in the file: its JSON path as written (see
     :func:`pytest_ralph.dialects.source_path`) and its (line, column)."""
 
-    def __init__(self, positions: _Positions, origins: tuple[Origin, ...], raw: Any) -> None:
+    def __init__(self, positions: _Positions, origins: tuple[Origin, ...], raw: Any,
+                 lines: Callable[[str], int | None] | None = None) -> None:
         self.positions = positions
         self.origins = origins
         self._raw = raw
+        self._lines = lines
 
     def path(self, parts: Iterable[str | int]) -> str:
         """The JSON path in the file of the normalized ``parts``."""
         return json_path(source_path(tuple(parts), self.origins))
+
+    def line(self, jp: str) -> int | None:
+        """The line of the JSON path ``jp`` (in the file as written), or ``None``."""
+        if self._lines is not None:
+            return self._lines(jp)
+        return self.positions.at(jp)[0]
 
     def at(self, parts: Iterable[str | int]) -> tuple[str, int | None, int | None]:
         """(JSON path in the file, line, column) of the normalized ``parts``."""
@@ -325,6 +373,8 @@ def _conflict_problems(text: str) -> list[Problem]:
     """Git merge-conflict markers (``<<<<<<<``, ``=======``, ``>>>>>>>`` at the start of a
     line): one problem per ``<<<<<<<`` marker, or at the first marker when a conflict's
     start was cut off. No problem unless a ``<<<<<<<`` or ``>>>>>>>`` marker is there."""
+    if "<<<<<<<" not in text and ">>>>>>>" not in text:
+        return []
     markers = [(m.start(), m.group(0)) for m in _CONFLICT_MARKER.finditer(text)]
     if not any(mark.startswith(("<<<<<<<", ">>>>>>>")) for _, mark in markers):
         return []
@@ -415,12 +465,19 @@ def _looks_utf16(raw: bytes) -> bool:
 
 
 def _parse(path: Path, text: str, fmt: str) -> tuple[Any, list[str]]:
-    """Parse ``text``; return the data and the keys repeated in an object (JSON only)."""
+    """Parse ``text``; return the data and the keys repeated in an object (for YAML, the
+    first one only)."""
     if fmt == "yaml":
         try:
             if len(text) > 2 * MAX_VALUES and _yaml_values_over_limit(text):
                 raise PRDError(path, [_too_many_values()])
-            return yaml.load(text, Loader=_YAML_LOADER), []
+            loader = _PRDLoader(text)
+            try:
+                data = loader.get_single_data()
+                repeated = loader.repeated_key
+            finally:
+                loader.dispose()
+            return data, [] if repeated is None else [repeated]
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             line = mark.line + 1 if mark else None
@@ -745,10 +802,21 @@ class _Positions:
     """
 
     def __init__(self, text: str, fmt: str) -> None:
-        self._text = strip_jsonc(text) if fmt == "jsonc" else text
-        #: The JSON text before the edits below, when they changed it: keys are read from it.
+        self._source = text
+        self._fmt = fmt
+        self._text = ""
+        #: The JSON text before the edits of :meth:`_prepare`, when they changed it: keys are
+        #: read from it.
         self._json: str | None = None
-        if fmt != "yaml":
+        #: JSON path -> (line, column, index in the text)
+        self._map: dict[str, tuple[int, int, int]] | None = None
+        self._dups: list[tuple[str, str]] = []
+        self._walked: set[int] = set()
+
+    def _prepare(self) -> None:
+        """The text to compose: JSONC comments blanked, and JSON made YAML's."""
+        self._text = strip_jsonc(self._source) if self._fmt == "jsonc" else self._source
+        if self._fmt != "yaml":
             source = self._text
             # YAML breaks lines at NEL/LS/PS and refuses non-printables; JSON allows them in
             # strings. Blank them (same length) so lines match json's and composing works.
@@ -762,13 +830,10 @@ class _Positions:
                 lambda m: m.group(1) + _SURROGATE_PLACEHOLDER, self._text)
             if self._text != source:
                 self._json = source
-        #: JSON path -> (line, column, index in the text)
-        self._map: dict[str, tuple[int, int, int]] | None = None
-        self._dups: list[tuple[str, str]] = []
-        self._walked: set[int] = set()
 
     def _build(self) -> dict[str, tuple[int, int, int]]:
         if self._map is None:
+            self._prepare()
             self._map = {}
             try:
                 node = yaml.compose(self._text, Loader=_YAML_LOADER)
@@ -1111,29 +1176,40 @@ def _default_text(kind: str, c: dict[str, Any]) -> str:
 
 
 def _build_stories(raw: list[dict[str, Any]], where: _Locator) -> Iterator[Story]:
+    """The stories of the normalized ``raw``; lines are found when first read."""
+    find = where.line
     for pos, s in enumerate(raw):
         sp: tuple[str | int, ...] = ("userStories", pos)
+        origin = where.origins[pos]
         sid = s["id"]
-        from_title = not where.origins[pos].criteria_key
+        from_title = not origin.criteria_key
+        plain = (origin.parts == sp and origin.criteria_key == "acceptanceCriteria"
+                 and not origin.criteria_string)
+        sjp = f"$.userStories[{pos}]" if origin.parts == sp else where.path(sp)
         criteria: list[Criterion] = []
         for i, c in enumerate(s["acceptanceCriteria"], start=1):
-            cp, line, _ = where.at((*sp, "acceptanceCriteria", i - 1))
+            cp = (f"{sjp}.acceptanceCriteria[{i - 1}]" if plain
+                  else where.path((*sp, "acceptanceCriteria", i - 1)))
+            line = DeferredLine(find, cp)
             if isinstance(c, str):
                 criteria.append(Criterion(sid, i, f"AC{i}", c, "text", json_path=cp, line=line,
                                           synthesized=from_title))
                 continue
+            timeout = command = cwd = None
             if "kind" in c:  # a plugin's kind: every field is its own
-                kind, timeout, command = c["kind"], None, None
+                kind = c["kind"]
             else:
-                kind = CHECK_KEYS[next(k for k in _CHECK_KEYS if k in c)][0]
-                timeout = c.get("timeout")
-                command = c.get("run", c.get("testCommand"))
+                key = next(k for k in _CHECK_KEYS if k in c)
+                kind = CHECK_KEYS[key][0]
+                if kind in _TIMED_KINDS:  # other kinds have no timeout: the key is theirs
+                    timeout = c.get("timeout")
+                if kind == "run":
+                    command, cwd = c.get("run", c.get("testCommand")), c.get("cwd")
             criteria.append(Criterion(
                 sid, i, c.get("id") or f"AC{i}", c.get("text") or _default_text(kind, c), kind,
                 command=command, timeout=float(timeout) if timeout is not None else None,
-                cwd=None if "kind" in c else c.get("cwd"), json_path=cp, line=line,
+                cwd=cwd, json_path=cp, line=line,
                 spec={k: v for k, v in c.items() if k not in ("id", "text")}))
-        jp, line, _ = where.at(sp)
         yield Story(
             id=sid,
             title=s["title"],
@@ -1143,10 +1219,14 @@ def _build_stories(raw: list[dict[str, Any]], where: _Locator) -> Iterator[Story
             passes=s["passes"],
             notes=s["notes"],
             position=pos,
-            json_path=jp,
-            line=line,
-            done_key=where.origins[pos].done_key,
+            json_path=sjp,
+            line=DeferredLine(find, sjp),
+            done_key=origin.done_key,
         )
+
+
+#: Check kinds whose schema branch has a ``timeout``.
+_TIMED_KINDS = frozenset(["run", "pytest", "python"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ CASE_LINE = re.compile(
     r"reference\s+(?P<reference>\d+\.\d+ (?:s|MB))\s+"
     r"ratio\s+(?P<ratio>\d+\.\d+)\s+"
     r"target\s+(?P<target>(?:ratio )?<= \d+\.\d+(?: s| MB)?)\s+"
-    r"(?P<verdict>PASS|WARN|FAIL)\s+(?P<what>\S.*)$")
+    r"(?P<verdict>PASS|WARN|MISS|FAIL)\s+(?P<what>\S.*)$")
 
 
 def test_selftest_prints_one_line_per_case_with_figure_reference_ratio_and_target() -> None:
@@ -43,5 +43,34 @@ def test_selftest_prints_one_line_per_case_with_figure_reference_ratio_and_targe
     assert found["P6a"]["target"] == "<= 0.100 s"
     assert found["P7a"]["target"] == "ratio <= 1.50"
     assert found["P7b"]["target"] == "ratio <= 0.50"
-    summary = r"result: (\d+ (PASS|WARN|FAIL)(, )?)+; \d+ s; load average .*; exit 0"
+    summary = r"result: (\d+ (PASS|WARN|MISS|FAIL)(, )?)+; \d+ s; load average .*; exit 0"
     assert re.fullmatch(summary, lines[-1]), lines[-1]
+    assert "floor: json.loads + a duplicate-key check" in found["P7a"]["what"]
+
+
+def _bench() -> object:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ralph_bench", ROOT / "bench" / "run.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["ralph_bench"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_verdicts_pass_warn_fail_and_a_known_miss() -> None:
+    bench: object = _bench()
+    target_cls, result_cls = bench.Target, bench.Result  # type: ignore[attr-defined]
+
+    def verdict(mode: str, ratio: float, missed: tuple[float, str] | None = None) -> str:
+        r = result_cls("P9", target_cls("ratio", 1.5, missed=missed), "x", ratio=ratio)
+        r.judge(mode)
+        return str(r.verdict)
+
+    assert [verdict("full", x) for x in (1.0, 1.6)] == ["PASS", "FAIL"]
+    assert [verdict("quick", x) for x in (1.0, 2.9, 3.1)] == ["PASS", "WARN", "FAIL"]
+    known = (20.0, "why")
+    # a known miss is still a FAIL in full mode; quick mode fails beyond twice its figure
+    assert [verdict("full", x, known) for x in (1.0, 21.0)] == ["PASS", "FAIL"]
+    assert [verdict("quick", x, known) for x in (1.0, 39.0, 41.0)] == ["PASS", "MISS", "FAIL"]
