@@ -197,6 +197,51 @@ def workers_problem(workers: str, plugin_args: Sequence[str]) -> str:
     return ""
 
 
+#: Environment variable: the folder the loop's check phases keep bytecode in, shared by runs
+#: (see :func:`shared_bytecode_dir`); empty gives each run a temporary folder of its own.
+PYCACHE_ENV = "PYTEST_RALPH_PYCACHE"
+
+
+def shared_bytecode_dir() -> Path | None:
+    """The folder the check phases of every loop run keep Python bytecode in:
+    ``$PYTEST_RALPH_PYCACHE``, else ``$XDG_CACHE_HOME/pytest-ralph/pycache`` (``~/.cache``
+    without ``XDG_CACHE_HOME``), made with mode 0700 on first use.
+
+    Sharing it spares each run compiling pytest, its plugins and their dependencies again
+    (about a second on two CPUs); bytecode of the project's own files never survives from one
+    phase to the next (:func:`run_check_phase` removes it first), so a planted ``.pyc`` of
+    project code is never loaded. Bytecode of installed packages is shared, as the packages
+    themselves are.
+
+    Returns:
+        The folder, or ``None`` when ``$PYTEST_RALPH_PYCACHE`` is empty or the folder cannot
+        be made or written (or is not ours): the run then uses a temporary folder of its own.
+    """
+    chosen = os.environ.get(PYCACHE_ENV)
+    if chosen == "":
+        return None
+    if chosen is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        chosen = os.path.join(base, "pytest-ralph", "pycache")
+    folder = Path(chosen)
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = folder.stat()
+        if (hasattr(os, "getuid") and info.st_uid != os.getuid()) or not os.access(
+                folder, os.W_OK | os.X_OK):
+            return None
+    except OSError:
+        return None
+    return folder
+
+
+def forget_project_bytecode(pycache: Path, rootdir: Path) -> None:
+    """Remove, from the bytecode folder ``pycache``, the bytecode of every file under
+    ``rootdir`` (``PYTHONPYCACHEPREFIX`` mirrors source paths below the prefix)."""
+    root = rootdir.resolve()
+    shutil.rmtree(pycache / root.relative_to(root.anchor), ignore_errors=True)
+
+
 def private_bytecode(env: dict[str, str], prefix: str) -> None:
     """Make the Python processes started with ``env`` keep their bytecode in the folder
     ``prefix``, never in (or from) ``__pycache__`` folders: set :data:`PYCACHE_PREFIX_ENV`, and
@@ -308,8 +353,7 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
     if config.pycache is not None:
         # The folder outlives the phase: bytecode of the project's own files must not, or the
         # agent could swap it between two checks (the installed packages' may stay).
-        shutil.rmtree(config.pycache / config.rootdir.resolve().relative_to(
-            config.rootdir.resolve().anchor), ignore_errors=True)
+        forget_project_bytecode(config.pycache, config.rootdir)
     start = time.monotonic()
     # The child writes its results and JUnit XML into a private folder (mode 0700) outside
     # the project, not into the state folder the agent can write to; copies are kept in

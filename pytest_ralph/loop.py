@@ -36,7 +36,14 @@ from .agent import (
     resolve_executable,
     run_agent,
 )
-from .checkrun import PYCACHE_DIR_PREFIX, CheckPhaseConfig, run_check_phase, workers_problem
+from .checkrun import (
+    PYCACHE_DIR_PREFIX,
+    CheckPhaseConfig,
+    forget_project_bytecode,
+    run_check_phase,
+    shared_bytecode_dir,
+    workers_problem,
+)
 from .checks import VERIFIER_KIND
 from .escalation import (
     ESCALATE_MIN_SECONDS,
@@ -523,14 +530,20 @@ class Loop:
             except HistoryError as exc:
                 raise LoopUsageError(str(exc)) from None
             self._db_sig = _db_signature(self.history.path)
-            self._pycache = Path(tempfile.mkdtemp(prefix=PYCACHE_DIR_PREFIX))
+            shared = shared_bytecode_dir()
+            if shared is not None and shared.resolve().is_relative_to(self.rootdir.resolve()):
+                shared = None  # a cache in the project (HOME there) is the agent's to see
+            self._pycache = shared or Path(tempfile.mkdtemp(prefix=PYCACHE_DIR_PREFIX))
             self._t0 = time.monotonic()
             try:
                 yield
             finally:
                 self.history.close()
                 self._history = None
-                shutil.rmtree(self._pycache, ignore_errors=True)
+                if shared is not None:
+                    forget_project_bytecode(shared, self.rootdir)
+                else:
+                    shutil.rmtree(self._pycache, ignore_errors=True)
         finally:  # a clean exit leaves no holder behind
             for held in {id(lock): lock, id(self._lock): self._lock}.values():
                 with contextlib.suppress(OSError, ValueError):

@@ -9,7 +9,6 @@ This module does not import pytest: the loop controller and the Stop hook use it
 
 from __future__ import annotations
 
-import collections.abc
 import contextlib
 import functools
 import itertools
@@ -22,8 +21,6 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import yaml
 
 from .canonical import FastRules, fast_normalize
 from .dialects import (
@@ -40,6 +37,7 @@ from .model import PRD, Criterion, DeferredLine, Story
 
 if TYPE_CHECKING:
     import jsonschema
+    import yaml
 
 #: Default size limit of a PRD file, in bytes (20 MiB).
 MAX_PRD_BYTES = 20 * 1024 * 1024
@@ -53,64 +51,6 @@ PRD_FILE_NAMES = ("prd.json", "prd.jsonc", "prd.yaml", "prd.yml")
 #: Folders (relative to the rootdir) searched, in order, by PRD discovery.
 PRD_SEARCH_DIRS = (".", ".ralph", "scripts/ralph")
 
-_SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _PRDLoader(_SAFE_LOADER):  # type: ignore[valid-type,misc]
-    """PyYAML's safe loader (C-accelerated when available) that reads JSON values only:
-    unquoted dates and times (``2024-05-01``) stay strings, numbers and booleans are read
-    in JSON's forms only (``010``, ``0x1F``, ``12:30``, ``.inf``, ``yes`` and ``off`` stay
-    strings), and a mapping key
-    written as a plain value is the text as written (``on:`` is the key ``"on"``, not YAML
-    1.1's ``true``; ``1:`` is ``"1"``)."""
-
-    #: A key repeated in one mapping (before merge keys are applied), or ``None``.
-    repeated_key: str | None = None
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        """As PyYAML's, except that scalar keys are their text as written; a repeated key
-        is noted in :attr:`repeated_key`."""
-        if self.repeated_key is None and len(node.value) > 1:
-            keys = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode)]
-            if len(set(keys)) < len(keys):
-                self.repeated_key = next(k for i, k in enumerate(keys) if k in keys[:i])
-        self.flatten_mapping(node)  # merge keys (<<: *base), as the safe loader does
-        mapping: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            if isinstance(key_node, yaml.ScalarNode):
-                key: Any = key_node.value
-            else:
-                key = self.construct_object(key_node, deep=deep)
-                if not isinstance(key, collections.abc.Hashable):
-                    raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping", node.start_mark,
-                        "found a key that is a list or a mapping", key_node.start_mark)
-            mapping[key] = self.construct_object(value_node, deep=deep)
-        return mapping
-
-
-#: Plain YAML scalars that are numbers or booleans: JSON's forms only (and ``True``/``TRUE``,
-#: as YAML 1.2 has them). YAML 1.1 also reads ``010`` as 8, ``0x1F`` as 31, ``12:30`` as 750,
-#: ``1_000`` as 1000, ``.inf``, and ``yes``/``no``/``on``/``off`` as booleans; in a PRD those
-#: stay the text as written, so an id ``010`` is ``"010"`` and a title ``No`` is ``"No"``.
-_YAML_INT = re.compile(r"^-?(?:0|[1-9][0-9]*)$")
-_YAML_FLOAT = re.compile(r"^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?$")
-_YAML_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
-_NOT_JSON_TAGS = {"tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:int",
-                  "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool",
-                  "tag:yaml.org,2002:value"}
-_PRDLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag not in _NOT_JSON_TAGS]
-    for first, resolvers in _SAFE_LOADER.yaml_implicit_resolvers.items()
-}
-_PRDLoader.add_implicit_resolver("tag:yaml.org,2002:bool", _YAML_BOOL, list("tTfF"))
-_PRDLoader.add_implicit_resolver("tag:yaml.org,2002:int", _YAML_INT, list("-0123456789"))
-_PRDLoader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML_FLOAT, list("-0123456789"))
-
-_YAML_LOADER: type[yaml.SafeLoader] = _PRDLoader
-#: The YAML loader used for PRDs: PyYAML's safe loader (the C one when available), which
-#: constructs no objects (``!!python/object`` tags are an error), with dates left as text.
-YAML_LOADER = _YAML_LOADER
 
 #: Most values (strings, numbers, lists, mappings...) a PRD may hold; a PRD of 20,000
 #: criteria holds about 100,000. At this many, loading takes seconds and hundreds of MB
@@ -435,7 +375,11 @@ def _yaml_values_over_limit(text: str) -> bool:
     them would take minutes and gigabytes. Raises what the parser raises."""
     n = 0
     maps: list[list[bool]] = []  # per open collection: [is a mapping, next scalar is a key]
-    for event in yaml.parse(text, Loader=_YAML_LOADER):
+    import yaml
+
+    from .yamlprd import YAML_LOADER
+
+    for event in yaml.parse(text, Loader=YAML_LOADER):
         if isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
             top = maps[-1] if maps else None
             if top is not None and top[0]:
@@ -468,10 +412,14 @@ def _parse(path: Path, text: str, fmt: str) -> tuple[Any, list[str]]:
     """Parse ``text``; return the data and the keys repeated in an object (for YAML, the
     first one only)."""
     if fmt == "yaml":
+        import yaml
+
+        from .yamlprd import PRDLoader
+
         try:
             if len(text) > 2 * MAX_VALUES and _yaml_values_over_limit(text):
                 raise PRDError(path, [_too_many_values()])
-            loader = _PRDLoader(text)
+            loader = PRDLoader(text)
             try:
                 data = loader.get_single_data()
                 repeated = loader.repeated_key
@@ -833,10 +781,14 @@ class _Positions:
 
     def _build(self) -> dict[str, tuple[int, int, int]]:
         if self._map is None:
+            import yaml
+
+            from .yamlprd import YAML_LOADER
+
             self._prepare()
             self._map = {}
             try:
-                node = yaml.compose(self._text, Loader=_YAML_LOADER)
+                node = yaml.compose(self._text, Loader=YAML_LOADER)
             except (yaml.YAMLError, RecursionError):
                 node = None
             if node is not None:
@@ -844,6 +796,8 @@ class _Positions:
         return self._map
 
     def _walk(self, node: yaml.Node, jp: str) -> None:
+        import yaml
+
         assert self._map is not None
         self._map[jp] = (node.start_mark.line + 1, node.start_mark.column + 1,
                          node.start_mark.index)
@@ -869,6 +823,8 @@ class _Positions:
                 self._walk(item, f"{jp}[{i}]")
 
     def _key_name(self, key: yaml.Node) -> str:
+        import yaml
+
         """The name of a mapping key; a JSON key that the edits of ``__init__`` touched is
         decoded from the JSON text, so that its name is the one ``json.loads`` gives."""
         name = str(key.value)

@@ -45,8 +45,9 @@ import yaml
 
 from .dialects import DialectError, Origin, json_path, normalize
 from .model import PRD
-from .prd import PRD_FORMATS, YAML_LOADER, Positions, strip_jsonc
+from .prd import PRD_FORMATS, Positions, strip_jsonc
 from .results import CheckResults, CriterionResult, atomic_write_text
+from .yamlprd import YAML_LOADER
 
 #: The start of the one line of a story's ``notes`` that the loop owns.
 NOTE_PREFIX = "pytest-ralph: "

@@ -935,7 +935,8 @@ def test_agent_shadows_a_standard_library_module_pytest_imports_late(
 PYC_SWAP = r"""
 import glob, marshal, os
 root = os.getcwd()
-for path in glob.glob("/tmp/pytest-ralph-pycache-*" + root + "/test_feature*.pyc"):
+caches = ["/tmp/pytest-ralph-pycache-*", os.environ.get("PYTEST_RALPH_PYCACHE") or "/nowhere"]
+for path in [p for c in caches for p in glob.glob(c + root + "/test_feature*.pyc")]:
     header = open(path, "rb").read()[:16]
     code = compile("def test_feature():\n    pass\n", os.path.join(root, "test_feature.py"),
                    "exec")
@@ -944,15 +945,25 @@ for path in glob.glob("/tmp/pytest-ralph-pycache-*" + root + "/test_feature*.pyc
 """
 
 
+@pytest.mark.parametrize("cache", ["per run", "shared"])
 def test_bytecode_swapped_in_the_private_cache_is_never_loaded(
         pytester: pytest.Pytester, write_prd: Callable[..., Path],
-        agent: Callable[[str, str], str]) -> None:
+        agent: Callable[[str, str], str], cache: str,
+        tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    shared = tmp_path_factory.mktemp("shared-pycache")
+    monkeypatch.setenv("PYTEST_RALPH_PYCACHE", str(shared) if cache == "shared" else "")
     pytester.makepyfile(test_feature=FAILING_TEST)
     write_prd(story("US-001", {"text": "feature works", "pytest": "test_feature.py"}))
     cmd = write_agent(agent, PYC_SWAP)
     result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd,
                                            "--ralph-max-iterations", "2")
     assert result.ret == 1, result.stdout.str()
+    logs = "".join(p.read_text() for p in pytester.path.rglob("agent.log"))
+    assert "swapped" in logs  # the cheat found the bytecode to swap, and it did not help
+    if cache == "shared":  # installed packages' bytecode stays; the project's is gone
+        assert list(shared.rglob("_pytest/*.pyc"))
+        root = pytester.path.resolve()
+        assert not (shared / root.relative_to(root.anchor)).exists()
 
 
 def test_standard_library_names_in_ini_pythonpath_are_guarded(

@@ -257,3 +257,41 @@ def test_read_tail_cut_inside_a_multibyte_character() -> None:
     assert text.startswith("...\n")
     assert text.rstrip("é").endswith(("...\n", "\ufffd"))
     assert text.count("é") == 50
+
+
+@posix_only
+@linux_only
+def test_watchdog_stops_the_group_only_when_its_pipe_closes_without_a_word() -> None:
+    import subprocess
+
+    def group() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(["sleep", "30"], start_new_session=True)
+
+    told = group()
+    dog, write_end = process._start_watchdog(told.pid, 0.2)
+    process._stop_watchdog(dog, write_end)  # "done": the group is left alone
+    assert dog.returncode == 0
+    assert not _dead(told.pid, wait=0.3)
+    kill_group(told, grace=0.1)
+
+    orphaned = group()
+    dog, write_end = process._start_watchdog(orphaned.pid, 0.2)
+    os.close(write_end)  # as when the controller dies: end of file, no word
+    assert _dead(orphaned.pid, wait=3.0), "the watchdog did not stop the group"
+    orphaned.wait()
+    dog.wait(timeout=5)
+
+
+@posix_only
+def test_wait_exit_returns_when_the_command_ends_not_at_a_polling_step(tmp_path: Path) -> None:
+    import subprocess
+
+    proc = subprocess.Popen([PY, "-c", "import time; time.sleep(0.3)"])
+    start = time.monotonic()
+    process.wait_exit(proc, timeout=10)
+    assert proc.returncode == 0 and time.monotonic() - start < 5
+    slow = subprocess.Popen(["sleep", "5"], start_new_session=True)
+    with pytest.raises(subprocess.TimeoutExpired):
+        process.wait_exit(slow, timeout=0.2)
+    kill_group(slow, grace=0.1)
+    process.wait_exit(slow, timeout=1)  # reaped already: returns at once
