@@ -192,10 +192,12 @@ class Context:
 def clean_env() -> dict[str, str]:
     """The environment of the children: no pytest or pytest-ralph settings of the caller
     (``PYTEST_ADDOPTS``, ``PYTEST_RALPH_*``, an xdist worker's variables), no Claude Code
-    project, no secrets (whose names the redactor would pick up)."""
+    project, no GitHub job summary file, no secrets (whose names the redactor would pick
+    up)."""
     secret = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
     return {k: v for k, v in os.environ.items()
-            if not k.startswith("PYTEST_") and k not in ("CLAUDE_PROJECT_DIR",)
+            if not k.startswith("PYTEST_")
+            and k not in ("CLAUDE_PROJECT_DIR", "GITHUB_STEP_SUMMARY")
             and not secret.search(k)}
 
 

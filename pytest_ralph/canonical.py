@@ -23,12 +23,13 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+import warnings
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from .dialects import CRITERIA_KEYS, STORY_CONTAINERS, Normalized, Origin
 
-__all__ = ["FastRules", "fast_normalize"]
+__all__ = ["FastRules", "fast_normalize", "regex_problem"]
 
 #: Story keys the dialect rules read; a story holding one besides its canonical keys takes
 #: the full path (e.g. ``status`` next to ``passes``).
@@ -74,6 +75,7 @@ class FastRules:
         id_min, id_max: the id length bounds, in characters.
         python_pattern: the ``pythonCriterion.python`` pattern.
         priority_min, priority_max: the story ``priority`` bounds.
+        timeout_max: the largest ``timeout`` of a check, in seconds.
     """
 
     id_pattern: re.Pattern[str]
@@ -82,6 +84,7 @@ class FastRules:
     python_pattern: re.Pattern[str]
     priority_min: int
     priority_max: int
+    timeout_max: float
 
     @classmethod
     def from_schema(cls, schema: dict[str, Any]) -> FastRules:
@@ -101,6 +104,7 @@ class FastRules:
             python_pattern=re.compile(defs["pythonCriterion"]["properties"]["python"]["pattern"]),
             priority_min=priority["minimum"],
             priority_max=priority["maximum"],
+            timeout_max=defs["runCriterion"]["properties"]["timeout"]["maximum"],
         )
 
 
@@ -136,6 +140,7 @@ def _normalize(data: object, rules: FastRules) -> Normalized | None:
     stories = data.get("userStories")
     if type(stories) is not list or not stories:
         return None
+    seen: set[int] = {id(stories)}  # YAML aliases share containers: the full path judges them
     header: dict[str, Any] = {}
     for key, value in data.items():
         if key in ("project", "branchName", "description"):
@@ -149,10 +154,9 @@ def _normalize(data: object, rules: FastRules) -> Normalized | None:
         elif key in _DIALECT_TOP_KEYS and key != "userStories":
             return None
         elif key != "userStories":
-            _plain(value, 2, set())
+            _plain(value, 2, seen)
     if "project" not in header and ("projectName" in data or "name" in data):
         return None
-    seen: set[int] = {id(stories)}  # YAML aliases share containers: the full path judges them
     ids: set[str] = set()
     out: list[dict[str, Any]] = []
     for story in stories:
@@ -265,11 +269,17 @@ def _check_object(c: dict[str, Any], index: int, rules: FastRules, seen: set[int
 def _field(key: str, field: str, value: Any, rules: FastRules, seen: set[int]) -> None:
     """Raise :class:`_Slow` unless ``value`` is valid for ``field`` of kind ``key``."""
     if field == "timeout":
-        if type(value) not in (int, float) or not (math.isfinite(value) and value > 0):
+        if type(value) is float and not math.isfinite(value):
+            raise _Slow
+        if type(value) not in (int, float) or not 0 < value <= rules.timeout_max:
             raise _Slow
     elif field == "expect":
         _plain(value, 6, seen)
     elif field == "pytest":
+        if type(value) is list:
+            if id(value) in seen:
+                raise _Slow
+            seen.add(id(value))
         targets = value if type(value) is list else [value]
         if not targets or any(type(t) is not str or not t for t in targets):
             raise _Slow
@@ -278,11 +288,25 @@ def _field(key: str, field: str, value: Any, rules: FastRules, seen: set[int]) -
     elif field == "python":
         if not rules.python_pattern.search(value):
             raise _Slow
-    elif field == "contains":
+    elif field == "contains" and regex_problem(value) is not None:
+        raise _Slow
+
+
+def regex_problem(pattern: str) -> str | None:
+    """Why ``pattern`` is not a regular expression Python compiles (with ``re.MULTILINE``,
+    as the ``file`` check does), or ``None`` when it is one. Warnings (``FutureWarning`` on
+    ``[[``) are not problems, even under ``-W error``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         try:
-            re.compile(value, re.MULTILINE)
-        except (re.error, RecursionError, OverflowError):
-            raise _Slow from None
+            re.compile(pattern, re.MULTILINE)
+        except re.error as exc:
+            return str(exc)
+        except RecursionError:
+            return "groups nested too deeply for Python's regular expression compiler"
+        except (OverflowError, MemoryError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _valid_id(value: object, rules: FastRules) -> TypeGuard[str]:

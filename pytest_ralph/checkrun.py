@@ -214,8 +214,10 @@ def shared_bytecode_dir() -> Path | None:
     themselves are.
 
     Returns:
-        The folder, or ``None`` when ``$PYTEST_RALPH_PYCACHE`` is empty or the folder cannot
-        be made or written (or is not ours): the run then uses a temporary folder of its own.
+        The folder (absolute, symlinks resolved), or ``None`` when ``$PYTEST_RALPH_PYCACHE``
+        is empty, the path is relative (a relative ``$XDG_CACHE_HOME`` or ``HOME`` too), or the
+        folder cannot be made or written (or is not ours): the run then uses a temporary folder
+        of its own.
     """
     chosen = os.environ.get(PYCACHE_ENV)
     if chosen == "":
@@ -223,9 +225,12 @@ def shared_bytecode_dir() -> Path | None:
     if chosen is None:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         chosen = os.path.join(base, "pytest-ralph", "pycache")
-    folder = Path(chosen)
+    folder = Path(chosen).expanduser()
+    if not folder.is_absolute():  # the child phase runs elsewhere: it would mean another folder
+        return None
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        folder = folder.resolve()
         info = folder.stat()
         if (hasattr(os, "getuid") and info.st_uid != os.getuid()) or not os.access(
                 folder, os.W_OK | os.X_OK):

@@ -1011,8 +1011,10 @@ def make_check(criterion: Criterion, story: Story, *, rootdir: Path, strict: boo
     if criterion.kind in ("exists", "file"):
         shown = str(spec[criterion.kind])
         path = os.path.join(rootdir, shown)
-        return PathCheck(path if os.path.isabs(path) else os.path.abspath(path), shown,
-                         file=criterion.kind == "file", contains=spec.get("contains"))
+        if not os.path.isabs(path) or path.endswith(("/", "/.")) or "/./" in path or "//" in path:
+            path = str(Path(path).absolute())  # as pathlib reads it: no trailing / or ./
+        return PathCheck(path, shown, file=criterion.kind == "file",
+                         contains=spec.get("contains"))
     if criterion.kind == "sql":
         return SqlCheck(spec["sql"], (rootdir / spec["db"]).absolute(), spec["db"],
                         spec["expect"])

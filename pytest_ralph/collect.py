@@ -1,8 +1,9 @@
 """Collection: a PRD file -> one collector per user story -> one item per acceptance criterion.
 
 Node ids are ``<path>::<story id>::<criterion id>`` (``AC<n>`` unless the criterion has
-its own ``id``); the criterion text is the item's headline (``reportinfo``). An invalid
-PRD is a collection error that lists every problem, without a traceback.
+its own ``id``); the criterion text is the item's headline (``reportinfo``). Each item has
+the :data:`MARKER` marker, and ``-k`` matches its story id, criterion id, text and story
+title. An invalid PRD is a collection error that lists every problem, without a traceback.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from .checks import CheckResult, UnknownKindCheck
+from .failure import FailureText
 from .loophooks import HookError
 from .model import Criterion, Story
 from .prd import PRDError, load_prd
@@ -26,6 +28,15 @@ PROP_KIND = "ralph_kind"
 PROP_TEXT = "ralph_text"
 PROP_CLAIMED = "ralph_claimed"
 PROP_MESSAGE = "ralph_message"
+
+#: The marker on every criterion item: ``-m ralph`` selects the criteria, ``-m 'not ralph'``
+#: the other tests; on pytest >= 8.3 ``-m "ralph(kind='run')"`` or ``-m "ralph(story='US-1')"``
+#: select by its keyword arguments. Registered by the plugin's ``pytest_configure``.
+MARKER = "ralph"
+MARKER_HELP = (f"{MARKER}(story, criterion, kind): pytest-ralph: added to every acceptance "
+               "criterion collected from a PRD (-m ralph selects them; -m \"ralph(kind='run')\" "
+               "selects by an argument, pytest >= 8.3).")
+_MARK = getattr(pytest.mark, MARKER)
 
 
 class CriterionFailed(Exception):
@@ -67,7 +78,7 @@ class PRDFile(pytest.File):
     ) -> str | Any:
         """The PRD problems as plain text; other errors as pytest shows them."""
         if isinstance(excinfo.value, PRDError):
-            return excinfo.value.describe()
+            return FailureText(excinfo.value.describe(), str(self.path))
         return super().repr_failure(excinfo)
 
 
@@ -93,6 +104,9 @@ class CriterionItem(pytest.Item):
         self.criterion = criterion
         self.story = story
         self.keywords[story.id] = True
+        self.add_marker(_MARK(story=story.id, criterion=criterion.id, kind=criterion.kind))
+        # -k matches the criterion's text and the story's title too (by substring, any case)
+        self.extra_keyword_matches.update(t for t in (criterion.text, story.title) if t)
         self.user_properties += [(PROP_STORY, story.id), (PROP_CRITERION, criterion.id),
                                  (PROP_KIND, criterion.kind), (PROP_TEXT, criterion.text)]
 
@@ -137,9 +151,10 @@ class CriterionItem(pytest.Item):
     ) -> str | Any:
         """The check's own failure text (what was expected, what was found)."""
         if isinstance(excinfo.value, CriterionFailed):
-            return excinfo.value.result.message
+            return FailureText(excinfo.value.result.message, str(self.path),
+                               self.criterion.line or 0)
         if isinstance(excinfo.value, HookError):
-            return str(excinfo.value)
+            return FailureText(str(excinfo.value), str(self.path), self.criterion.line or 0)
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:

@@ -40,11 +40,11 @@ NOT_CONFIGURED = (
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Register the ini keys ``ralph_db_schema`` and ``ralph_db_seed`` (lists of paths)."""
     parser.addini(SCHEMA_INI, "pytest-ralph: SQL files creating the schema of the ralph_db "
-                  "fixture's database, run in order (paths relative to the ini file).",
-                  type="paths")
+                  "fixture's database, run in order (paths relative to the ini file). "
+                  "(default: none)", type="paths")
     parser.addini(SEED_INI, "pytest-ralph: SQL files inserting the ralph_db fixture's seed "
-                  "rows, run in order after the schema (paths relative to the ini file).",
-                  type="paths")
+                  "rows, run in order after the schema (paths relative to the ini file). "
+                  "(default: none)", type="paths")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -303,6 +303,8 @@ class Loop:
         self.hooks = hooks or LoopHooks()
         #: The run of the last :meth:`run` (``None`` before one started), for inspection.
         self.last_run: RunRecord | None = None
+        #: The final report of the last :meth:`run` (``None`` until a run ended).
+        self.report_path: Path | None = None
         self.rootdir = rootdir
         self.inifile = inifile
         self.out = out
@@ -1300,6 +1302,7 @@ class Loop:
         if run.pending_escalation is not None:  # the run's last word: with its report
             self._escalate(run, *run.pending_escalation, report=path)
             write_report(run, path, redact=self._redactor.text)
+        self.report_path = path
         n = len(run.iterations) - 1
         self._print(f"pytest-ralph: {run.status} (exit {run.exit_code}) after {max(n, 0)} "
                     f"iteration{'s' if n != 1 else ''}: {run.reason}\n"

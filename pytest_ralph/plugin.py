@@ -22,16 +22,23 @@ import tempfile
 import traceback
 from collections.abc import Generator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+# Imported with the plugin, not on first use (pytest_ralph.yamlprd): pytester's inline runs
+# drop the modules a run imported, and PyYAML's C parser, which cannot be loaded twice, keeps
+# the node classes of the first import, so a second import of PyYAML misreads every file.
+import yaml  # noqa: F401
+
+from .arming import CONTROLLER_ENV
 from .checkrun import CHILD_ENV, WORKER_ROOTDIR_ENV
 from .checks import VERIFIER_KIND, VERIFIER_PASSED
 from .collect import (
     COLLECTED_PRDS,
     DIALECTS,
     EMPTY_PRDS,
+    MARKER_HELP,
     PROP_CLAIMED,
     PROP_CRITERION,
     PROP_KIND,
@@ -41,9 +48,14 @@ from .collect import (
     CriterionItem,
     PRDFile,
 )
+from .failure import from_wire, to_wire
 from .prd import PRD_FILE_NAMES, PRD_FORMATS, discover_prd
 from .results import CriterionResult, write_results
-from .settings import SPECS, Settings, SettingsError, describe, resolve
+from .settings import SPECS, Settings, SettingsError, default_text, describe, resolve
+
+if TYPE_CHECKING:
+    from .loop import Loop
+    from .stepsummary import Row
 
 pytest_plugins = ["pytest_ralph.dbfixture", "pytest_ralph.fixtures"]
 
@@ -52,6 +64,23 @@ SETTINGS = pytest.StashKey[Settings]()
 #: Above this many failing criteria, each gets one summary line instead of a failure section.
 COMPACT_AFTER = 50
 DISCOVERED_PRD = pytest.StashKey[Path]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_report_to_serializable(
+        report: pytest.CollectReport | pytest.TestReport) -> dict[str, Any] | None:
+    """A report whose failure is a criterion's text (:class:`pytest_ralph.failure.FailureText`)
+    travels from a pytest-xdist worker with a mark, so that it arrives as one."""
+    return to_wire(report)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_report_from_serializable(
+        data: dict[str, Any]) -> pytest.CollectReport | pytest.TestReport | None:
+    """The report :func:`pytest_report_to_serializable` marked, with its failure text."""
+    kind = {"TestReport": pytest.TestReport, "CollectReport": pytest.CollectReport}.get(
+        str(data.get("$report_type")))
+    return from_wire(data, kind) if kind is not None else None
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -91,18 +120,35 @@ def pytest_plugin_registered(plugin: object, manager: pytest.PytestPluginManager
     set_aside(plugin, manager)
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    """Register ``--ralph*`` options (group ``ralph``) and their ``ralph_*`` ini twins."""
+#: Options of pytest's cacheprovider and stepwise plugins, which the loop's check phase turns
+#: off (``-p no:cacheprovider``): (spellings, takes a value).
+_CACHE_OPTIONS = ((("--lf", "--last-failed"), False), (("--ff", "--failed-first"), False),
+                  (("--nf", "--new-first"), False), (("--cache-clear",), False),
+                  (("--lfnf", "--last-failed-no-failures"), True),
+                  (("--sw", "--stepwise"), False), (("--sw-skip", "--stepwise-skip"), False),
+                  (("--sw-reset", "--stepwise-reset"), False))
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """Register ``--ralph*`` options (group ``ralph``) and their ``ralph_*`` ini twins.
+
+    In the loop's check phase, which runs without pytest's cache (``-p no:cacheprovider``),
+    also accept and ignore the cache's options, so that ``addopts`` written for plain
+    ``pytest`` (``--ff``, ``--lf``, ``--sw``) do not break every check."""
     group = parser.getgroup("ralph", "Ralph agent loops (pytest-ralph)")
+    if _is_child() and pluginmanager.is_blocked("cacheprovider"):
+        for names, valued in _CACHE_OPTIONS:
+            group.addoption(*names, action="store" if valued else "store_true",
+                            dest="ralph_ignored_" + names[-1].lstrip("-").replace("-", "_"),
+                            help=argparse.SUPPRESS)
     group.addoption("--ralph", action="store_true", default=False,
                     help="Run the Ralph loop: check the PRD's criteria, run the agent on what "
-                         "fails, check again, until all pass or a limit is hit.")
+                         "fails, check again, until all pass or a limit is hit. "
+                         "(default: off)")
     for spec in SPECS:
         if not spec.cli:
             continue
-        shown = f"{spec.default:g}" if isinstance(spec.default, float) else spec.default
-        default = f"; default {shown}" if spec.default not in (None, (), False) else ""
-        help_text = f"{spec.help} [ini {spec.ini}, env {spec.env}{default}]"
+        help_text = f"{spec.help} [ini {spec.ini}, env {spec.env}] {default_text(spec)}"
         if spec.kind == "bool":
             group.addoption(spec.cli, action="store_true", dest=spec.dest, default=None,
                             help=help_text)
@@ -114,38 +160,53 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                             metavar=spec.metavar or _METAVARS.get(spec.kind, "VALUE"),
                             help=help_text)
     group.addoption("--ralph-dry-run", action="store_true", default=False,
-                    help="Print the first prompt and the agent's argv; run nothing.")
+                    help="Print the first prompt and the agent's argv; run nothing. "
+                         "(default: off)")
     group.addoption("--ralph-new", action="store_true", default=False,
                     help="Start a new run even if the last one (interrupted, cancelled, "
-                         "crashed or ended on agent errors) could be resumed.")
+                         "crashed or ended on agent errors) could be resumed. "
+                         "(default: off)")
     group.addoption("--ralph-status", action="store_true", default=False,
                     help="Print the current or last run of the state folder and exit; safe "
-                         "while a loop runs.")
+                         "while a loop runs. (default: off)")
     group.addoption("--ralph-cancel", action="store_true", default=False,
                     help="Stop the loop running on the state folder (it exits 2 and can be "
-                         "resumed with --ralph); idempotent.")
+                         "resumed with --ralph); idempotent. (default: off)")
     group.addoption("--ralph-init", action="store_true", default=False,
-                    help="With --ralph-driver claude: install the Claude Code Stop hook in "
+                    help="Scaffold the project: a prd.json whose example story checks the "
+                         "project (its tests; ruff and mypy when configured), the ralph ini "
+                         "keys in its pytest configuration file (a new pytest.ini where there "
+                         "is none), the state folder in .gitignore. Never overwrites a file or "
+                         "a value; running it again changes nothing. With --ralph-driver "
+                         "claude, also install the Claude Code Stop hook in "
                          ".claude/settings.json and arm a run that the next Claude Code "
-                         "session adopts.")
+                         "session adopts. (default: off)")
     group.addoption("--ralph-driver", action="store", default=None, choices=("claude",),
-                    help="What drives the loop for --ralph-init: 'claude' (a Claude Code "
-                         "session, through its Stop hook).")
+                    help="With --ralph-init, what drives the loop: 'claude' (a Claude Code "
+                         "session, through its Stop hook). Without it --ralph-init only "
+                         "scaffolds (the loop is then `pytest --ralph`). (default: none)")
     group.addoption("--ralph-doctor", action="store_true", default=False,
                     help="Check the Claude Code wiring: the Stop hook command in "
-                         ".claude/settings.json exists and answers a sample payload.")
+                         ".claude/settings.json exists and answers a sample payload. "
+                         "(default: off)")
+    group.addoption("--ralph-report", action="store", default=None, metavar="PATH",
+                    help="Also write a Markdown report to PATH (replaced): the gate's summary "
+                         "(per story verified / claimed / failed, the failing criteria, the "
+                         "exit code), or with --ralph a copy of the loop's final report. "
+                         "(default: none)")
     group.addoption("--ralph-results", action="store", default=None, metavar="PATH",
                     help=argparse.SUPPRESS)
     for spec in SPECS:
-        ini_help = f"pytest-ralph: {spec.help} (env {spec.env})"
+        ini_help = f"pytest-ralph: {spec.help} (env {spec.env}) {default_text(spec)}"
         if spec.kind == "list":
             parser.addini(spec.ini, ini_help, type="args")
         elif spec.kind == "mapping":
             parser.addini(spec.ini, ini_help, type="linelist")
         else:  # unset is None; settings.resolve() then falls back to the default
             parser.addini(spec.ini, ini_help, type=_ini_type(spec.kind), default=None)
-    parser.addini("ralph_prd_files", "pytest-ralph: file name patterns collected as PRDs.",
-                  type="args", default=list(PRD_FILE_NAMES))
+    parser.addini("ralph_prd_files", "pytest-ralph: file name patterns collected as PRDs. "
+                  f"(default: {' '.join(PRD_FILE_NAMES)})", type="args",
+                  default=list(PRD_FILE_NAMES))
 
 
 def _ini_type(kind: str) -> Any:
@@ -169,7 +230,9 @@ def _resolve_settings(config: pytest.Config) -> Settings:
         return resolve(
             cli=cli, env=os.environ, ini=config.getini,
             ini_file=config.inipath.name if config.inipath else "no ini file",
-            invocation_dir=config.invocation_params.dir, rootdir=config.rootpath)
+            invocation_dir=config.invocation_params.dir, rootdir=config.rootpath,
+            overridden={str(o).partition("=")[0].strip()
+                        for o in config.getoption("override_ini", None) or ()})
     except SettingsError as exc:
         raise pytest.UsageError(f"pytest-ralph: {exc}") from None
 
@@ -221,9 +284,14 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
         raise pytest.UsageError("pytest-ralph: --ralph-driver goes with --ralph-init "
                                 "(`pytest --ralph-init --ralph-driver claude`)")
     if not (config.getoption("ralph") or config.getoption("ralph_dry_run")):
+        if config.getoption("ralph_new"):
+            raise pytest.UsageError("pytest-ralph: --ralph-new goes with --ralph (`pytest "
+                                    "--ralph --ralph-new` starts a new run instead of resuming "
+                                    "the last one)")
         return None
     dry = "use --ralph-dry-run to see what the loop would do"
-    for flag, name, hint in (("usepdb", "--pdb", "the loop runs the checks in child processes"),
+    debug = "the loop runs the checks in child processes; debug a criterion with plain pytest"
+    for flag, name, hint in (("usepdb", "--pdb", debug), ("trace", "--trace", debug),
                              ("collectonly", "--collect-only", dry),
                              ("setupplan", "--setup-plan", dry), ("setuponly", "--setup-only", dry),
                              ("showfixtures", "--fixtures", "run it without --ralph"),
@@ -233,12 +301,15 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
         if config.getoption(flag, False):
             raise pytest.UsageError(f"pytest-ralph: {name} cannot be used with --ralph ({hint})")
     _refuse_numprocesses(config, "--ralph" if config.getoption("ralph") else "--ralph-dry-run")
+    _refuse_session_flags(config, "--ralph" if config.getoption("ralph") else "--ralph-dry-run")
     settings = _positional_prd(config, get_settings(config))
     from .hookimpls import ConfigHooks, check_hook_names
 
     check_hook_names(config.pluginmanager)
     from .loop import EXIT_INTERNAL, Loop, run_loop
 
+    for line in settings_lines(config, settings, "pytest-ralph: settings: "):
+        _out(line)
     xml = config.getoption("xmlpath", None)
     loop = Loop(settings, rootdir=config.rootpath, inifile=config.inipath,
                 keyword=config.getoption("keyword", "") or "",
@@ -249,45 +320,96 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
                 pythonpath=tuple(Path(p) for p in _ini_pythonpath(config)),
                 child_args=child_args(config.invocation_params.args),
                 hooks=ConfigHooks(config))
+    said: list[str] = []
+
+    def err(text: str) -> None:
+        said.append(text)
+        _err(text)
+
+    dry_run = bool(config.getoption("ralph_dry_run"))
     try:
-        return run_loop(loop, dry_run=bool(config.getoption("ralph_dry_run")), err=_err)
+        code = run_loop(loop, dry_run=dry_run, err=err)
     except Exception:
         fd, name = tempfile.mkstemp(prefix="pytest-ralph-crash-", suffix=".txt")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(traceback.format_exc())
-        _err(f"pytest-ralph: internal error: {sys.exc_info()[1]!r}; the traceback is in "
-             f"{name}; please report it")
-        return EXIT_INTERNAL
+        err(f"pytest-ralph: internal error: {sys.exc_info()[1]!r}; the traceback is in "
+            f"{name}; please report it")
+        code = EXIT_INTERNAL
+    if not dry_run:
+        _after_loop(config, loop, code, said)
+    return code
+
+
+def _after_loop(config: pytest.Config, loop: Loop, code: int, said: list[str]) -> None:
+    """After ``pytest --ralph``: copy the report to ``--ralph-report PATH`` and append the
+    loop's section to ``GITHUB_STEP_SUMMARY`` (:mod:`pytest_ralph.stepsummary`); a file that
+    cannot be written is a warning, never a change of the exit code."""
+    from . import stepsummary
+    from .redact import Redactor
+
+    run, report = loop.last_run, loop.report_path
+    warnings: list[str | None] = []
+    wanted = config.getoption("ralph_report", None)
+    if wanted and report is not None:
+        try:
+            text = report.read_text(encoding="utf-8")
+        except OSError as exc:
+            warnings.append(f"cannot read the report {report}: {exc.strerror or exc}")
+        else:
+            warnings.append(stepsummary.write(text, config.invocation_params.dir / wanted))
+    if stepsummary.target() is not None and not os.environ.get(CONTROLLER_ENV):
+        if run is not None and run.exit_code is not None:
+            text = stepsummary.render_loop(run, report=report, redact=Redactor.from_env().text)
+        else:
+            text = stepsummary.render_loop_error(code, said, redact=Redactor.from_env().text)
+        warnings.append(stepsummary.append(text))
+    for warning in warnings:
+        if warning:
+            _err(f"pytest-ralph: warning: {warning}")
 
 
 def _command(config: pytest.Config, flag: str) -> tuple[int, str]:
     """Run ``--ralph-status``, ``--ralph-cancel``, ``--ralph-init`` or ``--ralph-doctor``;
     return ``(exit code, text)``.
 
+    ``--ralph-init`` scaffolds the project (:mod:`pytest_ralph.scaffold`; a malformed
+    configuration file is exit 4, nothing written), then, with ``--ralph-driver claude``,
+    arms a Claude Code run.
+
     Raises:
-        pytest.UsageError: ``--ralph-init`` without ``--ralph-driver``.
+        pytest.UsageError: ``--ralph-init --ralph-driver claude`` with ``-k``, ``-m`` or
+            ``--deselect``; ``--ralph-init`` with ``-n``.
     """
     settings = get_settings(config)
     if flag == "--ralph-init":
-        if config.getoption("ralph_driver") != "claude":
-            raise pytest.UsageError(
-                "pytest-ralph: --ralph-init needs a driver: `pytest --ralph-init --ralph-driver "
-                "claude` arms a loop for Claude Code (project scaffolding is not there yet)")
+        driver = config.getoption("ralph_driver")
         selection = [flag for flag, value in (("-k", config.getoption("keyword", "")),
                                               ("-m", config.getoption("markexpr", "")),
                                               ("--deselect", config.getoption("deselect", None)))
                      if value]
-        if selection:
+        if selection and driver == "claude":
             raise pytest.UsageError(
                 f"pytest-ralph: {' and '.join(selection)} cannot be used with --ralph-init: a "
                 "Claude Code run checks every criterion of its stories; choose stories with "
                 "--ralph-story ID instead")
         _refuse_numprocesses(config, flag)
+        from .loop import EXIT_USAGE
+        from .scaffold import ScaffoldError, init_keys, render, scaffold
+
+        try:
+            done = scaffold(config.rootpath, config=config.inipath, state_dir=settings.dir,
+                            prd=settings.prd, keys=init_keys(settings))
+        except ScaffoldError as exc:
+            return EXIT_USAGE, f"pytest-ralph: --ralph-init: {exc}"
+        if driver != "claude":
+            return 0, render(done, config.rootpath)
         from .driver import arm
 
-        return arm(settings, rootdir=config.rootpath, inifile=config.inipath,
-                   python=sys.executable,
-                   pythonpath=tuple(Path(p) for p in _ini_pythonpath(config)))
+        code, armed = arm(settings, rootdir=config.rootpath,
+                          inifile=config.inipath or done.config, python=sys.executable,
+                          pythonpath=tuple(Path(p) for p in _ini_pythonpath(config)))
+        return code, f"{render(done, config.rootpath)}\n{armed}"
     if flag == "--ralph-doctor":
         from .doctor import doctor
 
@@ -315,13 +437,70 @@ def _refuse_numprocesses(config: pytest.Config, flag: str) -> None:
                 "processes: use --ralph-workers N or auto)")
 
 
+#: Flags of the command line passed on to each check phase as they are.
+_STRICT_FLAGS = ("--strict-markers", "--strict-config", "--strict")
+_STORIES = "choose the stories to work on with --ralph-story ID or -k"
+#: Options of the command line that the loop cannot honour: (argparse dest, the option's
+#: spellings, why and what to do instead). Refused with ``--ralph`` and ``--ralph-dry-run``
+#: when typed on the command line; in ``addopts`` or ``PYTEST_ADDOPTS`` they are meant for
+#: plain ``pytest`` and the check phases do without them (README, "The loop").
+NOT_WITH_LOOP: tuple[tuple[str, str, str], ...] = (
+    ("maxfail", "-x/--exitfirst/--maxfail", "every check phase gives each selected criterion "
+     "a verdict; stop the loop sooner with --ralph-max-iterations, --ralph-breaker or "
+     "--ralph-budget"),
+    ("lf", "--lf/--last-failed", "each check phase checks every selected criterion afresh; "
+     f"{_STORIES}, or rerun the gate's failures with plain `pytest --lf`"),
+    ("failedfirst", "--ff/--failed-first", "the check phases keep the PRD's order and the loop "
+     f"picks the story to work on; {_STORIES}"),
+    ("newfirst", "--nf/--new-first", "the check phases keep the PRD's order and the loop picks "
+     f"the story to work on; {_STORIES}"),
+    ("stepwise", "--sw/--stepwise", f"a check phase never stops at a failure; {_STORIES}, or "
+     "step through the gate with plain `pytest --sw`"),
+    ("stepwise_skip", "--sw-skip/--stepwise-skip", "a check phase never stops at a failure; "
+     f"{_STORIES}"),
+    ("stepwise_reset", "--sw-reset/--stepwise-reset", "a check phase never stops at a failure; "
+     f"{_STORIES}"),
+    ("cacheshow", "--cache-show", "run it without --ralph"),
+)
+
+
+def command_line_options(config: pytest.Config) -> argparse.Namespace:
+    """The options typed on the command line itself, without those of ``addopts`` and
+    ``PYTEST_ADDOPTS`` (which ``config.option`` merges in): the invocation's arguments parsed
+    again with pytest's parser. An empty namespace if they cannot be parsed (they were, once)."""
+    parser: Any = getattr(config, "_parser", None)
+    try:
+        found = parser.parse_known_args(list(config.invocation_params.args))
+    except Exception:  # parsed fine the first time; never fail a run over a second parse
+        return argparse.Namespace()
+    return found if isinstance(found, argparse.Namespace) else argparse.Namespace()
+
+
+def _refuse_session_flags(config: pytest.Config, flag: str) -> None:
+    """Refuse the command-line options of :data:`NOT_WITH_LOOP` with ``flag``.
+
+    Raises:
+        pytest.UsageError: naming the option, why it does not go with the loop and what to
+            use instead.
+    """
+    typed = command_line_options(config)
+    for dest, name, hint in NOT_WITH_LOOP:
+        if getattr(typed, dest, None):
+            raise pytest.UsageError(f"pytest-ralph: {name} cannot be used with {flag} ({hint})")
+
+
 def child_args(args: Sequence[str]) -> tuple[str, ...]:
     """The options of ``args`` that each check phase's child pytest needs too: plugins
     (``-p NAME``, ``-p no:NAME``) and ini overrides (``-o KEY=VALUE``, ``--override-ini``),
-    in their order, each as two arguments."""
+    each as two arguments in their order, then the strictness flags (``--strict-markers``,
+    ``--strict-config``, ``--strict``; last, so that the pairs stay pairs)."""
     out: list[str] = []
+    strict: list[str] = []
     it = iter(args)
     for arg in it:
+        if arg in _STRICT_FLAGS:
+            strict += [arg] if arg not in strict else []
+            continue
         for short, long in (("-p", ""), ("-o", "--override-ini")):
             if arg == short or (long and arg == long):
                 value = next(it, None)
@@ -331,7 +510,7 @@ def child_args(args: Sequence[str]) -> tuple[str, ...]:
                 out += [short, arg[len(short):].removeprefix("=")]
             elif long and arg.startswith(long + "="):
                 out += [short, arg[len(long) + 1:]]
-    return tuple(out)
+    return (*out, *strict)
 
 
 def _ini_pythonpath(config: pytest.Config) -> list[str]:
@@ -383,6 +562,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from .hookimpls import check_hook_names
 
     check_hook_names(config.pluginmanager)
+    config.addinivalue_line("markers", MARKER_HELP)
     settings = get_settings(config)
     results = config.getoption("ralph_results", None)
     if results:
@@ -402,23 +582,55 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
-    """The effective pytest-ralph settings that differ from their defaults, with their sources."""
-    lines = describe(get_settings(config))
-    return ["ralph: " + "; ".join(lines)] if lines else None
+    """The effective pytest-ralph settings that differ from their defaults, with where each
+    came from; with ``-v`` every setting (:func:`settings_lines`)."""
+    return settings_lines(config, get_settings(config), "ralph: ") or None
 
 
-def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> PRDFile | None:
-    """Collect files matching ini ``ralph_prd_files``, the configured PRD, and PRD files
-    named on the command line."""
+def settings_lines(config: pytest.Config, settings: Settings, prefix: str) -> list[str]:
+    """The settings for the gate's report header and the loop's first lines: one line of the
+    settings that are not at their default (none when all are), or with ``-v`` a heading and
+    one line per setting; each ``name = value (source)``, the source being the option, the
+    environment variable, ``ini KEY (FILE)``, ``-o KEY`` or ``default``. Secrets of the
+    environment are redacted (an agent command line may hold a token)."""
+    from .redact import Redactor
+
+    redact = Redactor.from_env().text
+    verbosity = int(config.getoption("verbose", 0) or 0)
+    if verbosity > 0:
+        return [f"{prefix}every setting, with where it came from:",
+                *(f"  {redact(line)}" for line in describe(settings, everything=True))]
+    lines = describe(settings)
+    return [prefix + redact("; ".join(lines))] if lines and verbosity == 0 else []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collect_file(
+    file_path: Path, parent: pytest.Collector
+) -> Generator[None, list[Any], list[Any]]:
+    """Collect as a PRD, besides what other plugins and ``conftest.py`` files collect: files
+    matching ini ``ralph_prd_files``, the configured PRD (``--ralph-prd``, ini ``ralph_prd``,
+    ``PYTEST_RALPH_PRD``), and a ``.json``/``.jsonc``/``.yaml``/``.yml`` file named on the
+    command line that nothing else collects (pytest's YAML example, ``pytest
+    test_simple.yaml`` with a ``conftest.py`` collecting it, stays that conftest's)."""
+    collected = yield
+    if _is_prd_file(file_path, parent, taken=bool(collected)):
+        return [*collected, PRDFile.from_parent(parent, path=file_path)]
+    return collected
+
+
+def _is_prd_file(file_path: Path, parent: pytest.Collector, *, taken: bool) -> bool:
+    """Whether :func:`pytest_collect_file` collects ``file_path`` as a PRD; ``taken``: another
+    plugin or ``conftest.py`` collected it."""
     config = parent.config
-    name = file_path.name
-    patterns = config.getini("ralph_prd_files")
-    if any(fnmatch.fnmatch(name, p) for p in patterns):
-        return PRDFile.from_parent(parent, path=file_path)
-    if file_path.suffix.lower() in PRD_FORMATS and (
-            parent.session.isinitpath(file_path) or file_path == get_settings(config).prd):
-        return PRDFile.from_parent(parent, path=file_path)
-    return None
+    if any(fnmatch.fnmatch(file_path.name, p) for p in config.getini("ralph_prd_files")):
+        return True
+    if file_path.suffix.lower() not in PRD_FORMATS:
+        return False
+    if file_path == get_settings(config).prd:
+        return True
+    # The loop's check phase names only its PRD (or criteria of it) on its command line.
+    return parent.session.isinitpath(file_path) and (not taken or _is_child())
 
 
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
@@ -574,6 +786,23 @@ class ResultsRecorder:
         write_results(self.path, criteria, self.errors, int(exitstatus))
 
 
+def _step_summary_wanted() -> bool:
+    """Whether to append to ``GITHUB_STEP_SUMMARY``: it names a file, and this process is not
+    one that the loop started (a check phase, an agent's own pytest)."""
+    from .stepsummary import target
+
+    return (target() is not None and not _is_child()
+            and not os.environ.get(CONTROLLER_ENV))
+
+
+def _markdown_wanted(config: pytest.Config) -> bool:
+    """Whether this gate process writes a Markdown summary: not on a pytest-xdist worker (the
+    controller aggregates the reports), and ``--ralph-report`` or ``GITHUB_STEP_SUMMARY``."""
+    if hasattr(config, "workerinput") or _is_child():
+        return False
+    return bool(config.getoption("ralph_report", None)) or _step_summary_wanted()
+
+
 class GateSummary:
     """The gate's summary: per story, criteria verified / claimed / failed.
 
@@ -585,6 +814,14 @@ class GateSummary:
         self.stories: dict[str, dict[str, int]] = {}
         self.claimed: list[str] = []
         self.judged: list[str] = []
+        #: For the Markdown summary (``GITHUB_STEP_SUMMARY``, ``--ralph-report``), kept only
+        #: when one is wanted: (node id, row) per criterion, the collection order, and the PRD
+        #: files that could not be collected.
+        self.rows: list[tuple[str, Row]] | None = [] if _markdown_wanted(config) else None
+        self.order: dict[str, int] = {}
+        self.broken: list[str] = []
+        #: The ``--ralph-report`` file, once written.
+        self.report: Path | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Count each criterion once, by its call report (or a failed setup)."""
@@ -597,20 +834,94 @@ class GateSummary:
                                          {"verified": 0, "claimed": 0, "failed": 0,
                                           "unclaimed": 0})
         if hasattr(report, "wasxfail"):  # --ralph-gate=claims: failing, story not claimed
-            counts["unclaimed"] += 1
+            status = "unclaimed"
         elif report.passed and props.get(PROP_CLAIMED):
-            counts["claimed"] += 1
+            status = "claimed"
             self.claimed.append(f"{props[PROP_STORY]}::{props[PROP_CRITERION]}: "
                                 f"{props.get(PROP_TEXT, '')}")
         elif report.passed:
-            counts["verified"] += 1
+            status = "verified"
             if props.get(PROP_KIND) == VERIFIER_KIND:
                 evidence = str(props.get(PROP_MESSAGE, "")).removeprefix(VERIFIER_PASSED)
                 first = next(iter(evidence.strip().splitlines()), "")[:200]
                 self.judged.append(f"{props[PROP_STORY]}::{props[PROP_CRITERION]}: "
                                    f"{props.get(PROP_TEXT, '')} -- {first}")
         else:
-            counts["failed"] += 1
+            status = "failed"
+        counts[status] += 1
+        if self.rows is not None:
+            from .stepsummary import Row
+
+            message = "" if report.passed else str(props.get(PROP_MESSAGE) or
+                                                   report.longreprtext)
+            self.rows.append((report.nodeid, Row(
+                story=str(props[PROP_STORY]), criterion=str(props[PROP_CRITERION]),
+                text=str(props.get(PROP_TEXT, "")), status=status, message=message)))
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Keep the collection order, for the Markdown summary."""
+        if self.rows is not None and not self.order:
+            self.order = {item.nodeid: i for i, item in enumerate(session.items)}
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
+        """On the pytest-xdist controller: the collection order of the first worker."""
+        if self.rows is not None and not self.order:
+            self.order = {nodeid: i for i, nodeid in enumerate(ids)}
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """Keep the PRD files that could not be collected (once each, also under xdist)."""
+        if self.rows is None or not report.failed:
+            return
+        path = report.nodeid.split("::", 1)[0]
+        name = path.rsplit("/", 1)[-1]
+        prd = get_settings(self.config).prd
+        if not (any(fnmatch.fnmatch(name, p) for p in self.config.getini("ralph_prd_files"))
+                or (prd is not None and prd.name == name)):
+            return
+        from .report import why
+
+        lines = [ln.strip() for ln in report.longreprtext.splitlines() if ln.strip()]
+        if len(lines) > 1 and lines[0].startswith("invalid PRD "):  # and its first problem
+            line = f"{path}: {lines[0]}; {lines[1]}"
+        else:
+            line = f"{path}: {why(report.longreprtext, 300)}"
+        if line not in self.broken:
+            self.broken.append(line)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Append the gate's Markdown section to ``GITHUB_STEP_SUMMARY`` when PRD criteria
+        were collected (or a PRD failed to load), and write ``--ralph-report PATH``; a file
+        that cannot be written is a warning, and the exit status stays as it is."""
+        if self.rows is None:
+            return
+        from . import stepsummary
+        from .redact import Redactor
+
+        last = len(self.order)
+        ordered = sorted(self.rows, key=lambda pair: self.order.get(pair[0], last))
+        notes: list[str] = self.config.stash.get(EMPTY_PRDS, [])
+        prds = list(dict.fromkeys(nodeid.split("::", 1)[0] for nodeid, _ in ordered))
+        text = stepsummary.render_gate([row for _, row in ordered], exit_code=int(exitstatus),
+                                       prds=prds, notes=notes, errors=self.broken,
+                                       redact=Redactor.from_env().text)
+        warnings: list[str | None] = []
+        wanted = self.config.getoption("ralph_report", None)
+        if wanted:
+            path = self.config.invocation_params.dir / wanted
+            warnings.append(stepsummary.write(text, path))
+            self.report = None if warnings[-1] else path
+        if (ordered or notes or self.broken) and _step_summary_wanted():
+            warnings.append(stepsummary.append(text))
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        for warning in warnings:
+            if not warning:
+                continue
+            if tr is not None:
+                tr.write_line(f"pytest-ralph: warning: {warning}", yellow=True)
+            else:
+                _err(f"pytest-ralph: warning: {warning}")
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None, None, None]:
@@ -634,6 +945,8 @@ class GateSummary:
                     first = next((ln for ln in r.longreprtext.splitlines() if ln.strip()), "")
                     tr.write_line(f"FAILED {r.nodeid} - {first[:200]}")
             self._write_table(tr)
+            if self.report is not None:
+                tr.write_line(f"pytest-ralph: report {self.report}")
 
     def _write_table(self, tr: Any) -> None:
         """Print the per-story table and notes about empty PRDs."""

@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .canonical import FastRules, fast_normalize
+from .canonical import FastRules, fast_normalize, regex_problem
 from .dialects import (
     DialectError,
     Normalized,
@@ -988,15 +988,14 @@ def _check_field_problems(c: dict[str, Any], parts: tuple[str | int, ...],
                                 "exactly one", line, col,
                                 hint="split it into one criterion per check"))
     pattern = c.get("contains")
-    if "file" in c and isinstance(pattern, str):
-        try:
-            re.compile(pattern, re.MULTILINE)
-        except re.error as exc:
-            problems.append(Problem(*where.at((*parts, "contains"))[:1],
-                                    f"expected a regular expression; found "
-                                    f"{json.dumps(pattern)}, which does not compile: {exc}",
-                                    *where.at((*parts, "contains"))[1:],
-                                    hint="escape special characters with a backslash"))
+    why = regex_problem(pattern) if "file" in c and isinstance(pattern, str) else None
+    if why is not None:
+        jp, line, col = where.at((*parts, "contains"))
+        shown = json.dumps(pattern)
+        shown = shown if len(shown) <= 120 else shown[:100] + f"...({len(shown)} characters)"
+        problems.append(Problem(jp, f"expected a regular expression; found {shown}, which "
+                                f"does not compile: {why}", line, col,
+                                hint="escape special characters with a backslash"))
     return problems
 
 

@@ -10,6 +10,7 @@ interrupt, or after it exits, every process left in that group is killed.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import select
 import signal
@@ -101,6 +102,10 @@ def run_in_group(
     return Finished(None if timed_out else proc.returncode, timed_out, duration)
 
 
+#: Longest single wait of :func:`wait_exit`, in milliseconds (``poll`` takes a C int).
+_MAX_POLL_MS = 2**31 - 1
+
+
 def wait_exit(proc: subprocess.Popen[bytes], timeout: float | None) -> None:
     """Wait for ``proc`` to exit, as ``proc.wait(timeout)`` does, but without polling where
     the system can say when a process exits (Linux 5.3+: a pidfd): ``Popen.wait`` with a
@@ -109,10 +114,10 @@ def wait_exit(proc: subprocess.Popen[bytes], timeout: float | None) -> None:
     Raises:
         subprocess.TimeoutExpired: ``timeout`` seconds passed first.
     """
-    if timeout is None:
+    if timeout is None or not math.isfinite(timeout):
         proc.wait()
         return
-    pidfd_open = getattr(os, "pidfd_open", None)
+    pidfd_open = getattr(os, "pidfd_open", None) if hasattr(select, "poll") else None
     fd = None
     if pidfd_open is not None and proc.returncode is None:
         with contextlib.suppress(OSError):  # an older kernel, or the process is reaped
@@ -120,12 +125,16 @@ def wait_exit(proc: subprocess.Popen[bytes], timeout: float | None) -> None:
     if fd is None:
         proc.wait(timeout=timeout)
         return
-    try:
-        ready, _, _ = select.select([fd], [], [], timeout)
+    try:  # poll, not select: a descriptor numbered past 1023 is fine
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        deadline = time.monotonic() + timeout
+        while not poller.poll(min(max(0, math.ceil((deadline - time.monotonic()) * 1000)),
+                                  _MAX_POLL_MS)):
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(proc.args, timeout)
     finally:
         os.close(fd)
-    if not ready:
-        raise subprocess.TimeoutExpired(proc.args, timeout)
     proc.wait()
 
 

@@ -10,7 +10,7 @@ values, the environment and the ini values.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,8 +67,8 @@ class Spec:
 
 
 SPECS: tuple[Spec, ...] = (
-    Spec("prd", "PRD file to work on (default: the first prd.json, prd.jsonc, prd.yaml or "
-         "prd.yml in the rootdir, then .ralph/, then scripts/ralph/).", "path", None,
+    Spec("prd", "PRD file to work on; unset: the first prd.json, prd.jsonc, prd.yaml or "
+         "prd.yml in the rootdir, then .ralph/, then scripts/ralph/.", "path", None,
          "--ralph-prd"),
     Spec("agent", "Agent preset (claude, codex, aider, gemini, opencode, amp, goose, "
          "cursor-agent) or command line; {prompt_file} is replaced by the prompt file.", "str",
@@ -103,7 +103,7 @@ SPECS: tuple[Spec, ...] = (
          "and modules that check them without failing them (the oracle-integrity guard only "
          "reports the changes).", "bool", False, "--ralph-allow-criteria-edits"),
     Spec("dir", "State folder, relative to the rootdir.", "path", ".pytest_ralph"),
-    Spec("prompt", "Prompt template file (default: the bundled prompt.md).", "path", None),
+    Spec("prompt", "Prompt template file.", "path", None),
     Spec("check_timeout", "Default seconds a `run` criterion may take.", "float",
          DEFAULT_CHECK_TIMEOUT, "", 0, 7 * 24 * 3600),
     Spec("agent_errors", "End the run (exit 7) after this many agent errors in a row.", "int", 3,
@@ -180,6 +180,7 @@ def resolve(
     ini_file: str,
     invocation_dir: Path,
     rootdir: Path,
+    overridden: Collection[str] = (),
 ) -> Settings:
     """Resolve every setting.
 
@@ -190,6 +191,8 @@ def resolve(
         ini_file: name of the configuration file, for messages.
         invocation_dir: base of relative paths given on the command line or environment.
         rootdir: base of relative paths given in ini, and of ``dir``.
+        overridden: the ini keys given with pytest's ``-o KEY=VALUE`` (their source is
+            ``-o KEY``, not the ini file).
 
     Raises:
         SettingsError: a value is malformed or out of range; the message names its source.
@@ -207,7 +210,9 @@ def resolve(
         else:
             ini_raw = ini(spec.ini)
             if ini_raw not in (None, "", []):
-                raw, source = ini_raw, f"ini {spec.ini} ({ini_file})"
+                raw = ini_raw
+                source = (f"-o {spec.ini}" if spec.ini in overridden else
+                          f"ini {spec.ini} ({ini_file})")
         if spec.name == "dir":
             base = rootdir
         values[spec.name] = spec.default if raw is None else _convert(spec, raw, source, base)
@@ -341,11 +346,54 @@ def _convert(spec: Spec, raw: Any, source: str, base: Path) -> Any:
     return number
 
 
-def describe(settings: Settings) -> list[str]:
-    """One ``name = value (source)`` line per setting that is not at its default."""
+def describe(settings: Settings, *, everything: bool = False) -> list[str]:
+    """One ``name = value (source)`` line per setting that is not at its default, or with
+    ``everything`` per setting (``(default)`` as the source of those at their default).
+
+    Values are shown as a user would write them: ``true``/``false``, story ids separated by
+    spaces, the number of ``checks`` lines; unset as what it means (``all stories``)."""
     out = []
     for spec in SPECS:
         source = settings.sources.get(spec.name, "default")
-        if source != "default":
-            out.append(f"{spec.name} = {getattr(settings, spec.name)!s} ({source})")
+        if source != "default" or everything:
+            value = getattr(settings, spec.name)
+            shown = (_UNSET_MEANS.get(spec.name, "none") if value in (None, ()) else
+                     shown_value(value))
+            out.append(f"{spec.name} = {shown} ({source})")
     return out
+
+
+def shown_value(value: Any) -> str:
+    """A setting's value as text for the report header and ``--help``."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple):
+        if not value:
+            return "none"
+        if isinstance(value[0], tuple):  # the checks mapping: (text, command) pairs
+            return f"{len(value)} line{'s' if len(value) != 1 else ''}"
+        return " ".join(str(v) for v in value)
+    return str(value)
+
+
+#: What an unset setting means, for ``--help``, where ``none`` would not say it.
+_UNSET_MEANS = {
+    "prd": "discovered",
+    "agent": "none, --ralph needs one",
+    "agent_flags": "the preset's own",
+    "prompt": "the bundled prompt.md",
+    "story": "all stories",
+    "verifier": "none, text criteria pass on their story's claim",
+    "workers": "none, one process",
+}
+
+
+def default_text(spec: Spec) -> str:
+    """The ``(default: ...)`` that ends a setting's help in ``pytest --help``."""
+    if spec.name in _UNSET_MEANS:
+        return f"(default: {_UNSET_MEANS[spec.name]})"
+    return f"(default: {shown_value(spec.default)})"

@@ -134,6 +134,10 @@ MUTATIONS: list[tuple[str, list[tuple[tuple[Any, ...], Any]]]] = [
     ("duplicate criterion id", [((*C0, 0), {"id": "cov", "exists": "x"})]),
     ("criterion id AC2 twice", [((*C0, 0), {"id": "AC2", "exists": "x"})]),
     ("criterion id invisible", [((*C0, 3, "id"), "c\u200bov")]),
+    *[(f"timeout {value!r}", [((*C0, 1, "timeout"), value)])
+      for value in [31536000, 31536001, 10**400, 1e308, 0.5]],
+    *[(f"contains {value[:20]!r}", [((*C0, 6, "contains"), value)])
+      for value in ["a{4294967296}", "(" * 2000 + ")" * 2000, "[[a]"]],
 ]
 
 
@@ -354,8 +358,11 @@ def test_fast_rules_follow_the_schema() -> None:
     assert set(schema["properties"]) == {"project", "branchName", "description",
                                          "userStories"}
     rules = canonical.FastRules.from_schema(schema)
-    assert (rules.id_min, rules.id_max, rules.priority_min, rules.priority_max) == (
-        1, 200, 0, 1000000)
+    assert (rules.id_min, rules.id_max, rules.priority_min, rules.priority_max,
+            rules.timeout_max) == (1, 200, 0, 1000000, 31536000)
+    timeouts = {defs[b]["properties"]["timeout"]["maximum"] for b in
+                ("runCriterion", "pytestCriterion", "pythonCriterion")}
+    assert timeouts == {rules.timeout_max}
 
 
 def test_yaml_aliases_and_repeated_keys_take_the_full_path(tmp_path: Path) -> None:
@@ -387,3 +394,48 @@ def test_surrogate_escapes_take_the_full_path(tmp_path: Path) -> None:
                     '"acceptanceCriteria": ["x"]}]}', encoding="utf-8")
     with pytest.raises(PRDError, match="unpaired surrogate"):
         load_prd(path)
+
+
+@pytest.mark.filterwarnings("error")
+def test_a_regex_that_python_cannot_compile_is_a_problem_not_a_traceback(tmp_path: Path) -> None:
+    for pattern, why in [("a{4294967296}", "OverflowError"),
+                         ("(" * 2000 + ")" * 2000, "nested too deeply"),
+                         ("(", "missing ), unterminated subpattern")]:
+        data = copy.deepcopy(BASE)
+        data["userStories"][0]["acceptanceCriteria"][6]["contains"] = pattern
+        with pytest.raises(PRDError) as err:
+            load_prd(_write(tmp_path, data, "json"))
+        (problem,) = err.value.problems
+        assert problem.json_path == "$.userStories[0].acceptanceCriteria[6].contains"
+        assert "which does not compile" in problem.message and why in problem.message
+        assert len(problem.message) < 400
+    data = copy.deepcopy(BASE)
+    data["userStories"][0]["acceptanceCriteria"][6]["contains"] = "[[a]"  # a FutureWarning
+    assert load_prd(_write(tmp_path, data, "json")).stories[0].criteria[6].spec["contains"]
+
+
+def test_a_timeout_over_a_year_is_refused_by_the_schema(tmp_path: Path) -> None:
+    for value in (31536001, 10**400):
+        data = copy.deepcopy(BASE)
+        data["userStories"][0]["acceptanceCriteria"][1]["timeout"] = value
+        with pytest.raises(PRDError, match=r"timeout: expected a number <= 31536000"):
+            load_prd(_write(tmp_path, data, "json"))
+
+
+def test_yaml_aliases_shared_across_extras_or_pytest_lists_take_the_full_path(
+        tmp_path: Path) -> None:
+    targets = "[" + ", ".join(f"t{i}" for i in range(6000)) + "]"
+    bombs = {
+        "extras": "big: &b " + targets + "\n" + "".join(f"k{i}: *b\n" for i in range(20)),
+        "pytest": "",
+    }
+    story_a = ("userStories:\n  - id: A\n    title: a\n    acceptanceCriteria:\n"
+               f"      - pytest: &p {targets}\n" + "      - pytest: *p\n" * 19)
+    for name, top in bombs.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(top + (story_a if name == "pytest" else
+                               "userStories:\n  - {id: A, title: a, acceptanceCriteria: [x]}\n"),
+                        encoding="utf-8")
+        assert not _fast(path), name
+        with pytest.raises(PRDError, match="alias bomb"):
+            load_prd(path)

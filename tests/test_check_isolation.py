@@ -365,3 +365,25 @@ def test_the_check_phase_keeps_bytecode_in_a_private_folder_it_removes(
     assert prefix.name.startswith("pytest-ralph-pycache-")
     assert not prefix.exists()  # removed when the phase ended
     assert not list(pytester.path.rglob("__pycache__"))
+
+
+def test_the_shared_bytecode_folder_is_absolute_or_not_used(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_ralph.checkrun import shared_bytecode_dir
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTEST_RALPH_PYCACHE", "relpyc")  # the child runs elsewhere
+    assert shared_bytecode_dir() is None and not (tmp_path / "relpyc").exists()
+    monkeypatch.setenv("PYTEST_RALPH_PYCACHE", "")
+    assert shared_bytecode_dir() is None
+    monkeypatch.delenv("PYTEST_RALPH_PYCACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", "rel-cache")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert shared_bytecode_dir() is None
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    folder = shared_bytecode_dir()
+    assert folder == (tmp_path / "xdg" / "pytest-ralph" / "pycache").resolve()
+    assert folder.stat().st_mode & 0o777 == 0o700
+    (tmp_path / "link").symlink_to(tmp_path / "xdg")
+    monkeypatch.setenv("PYTEST_RALPH_PYCACHE", str(tmp_path / "link" / "pycache"))
+    assert shared_bytecode_dir() == (tmp_path / "xdg" / "pycache").resolve()

@@ -165,3 +165,22 @@ def test_ralph_checks_bad_line_names_the_source(pytester: pytest.Pytester, write
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*checks from ini ralph_checks (tox.ini), line 2: expected "
                                  f"'criterion text = command'; got '{line}'*"])
+
+
+@pytest.mark.parametrize(("kind", "target", "passes"), [
+    ("file", "README.md", True), ("file", "README.md/", True), ("exists", "README.md/.", True),
+    ("exists", "./README.md", True), ("exists", "docs/../README.md", True),
+    ("file", "docs/", False), ("exists", "docs//", True), ("exists", "missing.md", False),
+])
+def test_paths_are_read_as_pathlib_reads_them(tmp_path: Path, kind: str, target: str,
+                                              passes: bool) -> None:
+    from pytest_ralph.checks import make_check
+    from pytest_ralph.model import Criterion, Story
+
+    (tmp_path / "README.md").write_text("# x\n")
+    (tmp_path / "docs").mkdir()
+    crit = Criterion("US-1", 1, "AC1", "t", kind, spec={kind: target})
+    check = make_check(crit, Story("US-1", "t", "", (crit,), None, False, "", 0),
+                       rootdir=tmp_path, strict=False, default_timeout=5.0, text_checks={},
+                       verifier=None, verifier_source="", prd=None)
+    assert check.run().passed is passes

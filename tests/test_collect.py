@@ -241,7 +241,7 @@ def test_header_shows_non_default_settings(pytester: pytest.Pytester, write_prd:
     write_prd(story("US-1", {"text": "ok", "run": "true"}))
     pytester.makeini("[pytest]\nralph_strict = true\n")
     result = pytester.runpytest()
-    result.stdout.fnmatch_lines(["ralph: strict = True (ini ralph_strict (tox.ini))"])
+    result.stdout.fnmatch_lines(["ralph: strict = true (ini ralph_strict (tox.ini))"])
 
 
 @pytest.mark.parametrize("how", ["ini", "env"])
@@ -267,7 +267,7 @@ def test_native_toml_values_in_tool_pytest(pytester: pytest.Pytester, write_prd:
                                "ralph_max_iterations = 7\n")
     result = pytester.runpytest()
     assert result.ret == 1  # strict: the claimed criterion fails
-    result.stdout.fnmatch_lines(["ralph: max_iterations = 7 (*); strict = True (*); "
+    result.stdout.fnmatch_lines(["ralph: max_iterations = 7 (*); strict = true (*); "
                                  "check_timeout = 2.5 (*)"])
 
 

@@ -26,6 +26,7 @@ import pytest
 from pytest_ralph.arming import MARKER
 from pytest_ralph.claude_settings import SAFE_PATH_FLAG
 from pytest_ralph.history import DB_NAME, History
+from pytest_ralph.prd import load_prd
 from pytest_ralph.stop_payload import TRUNCATION_MARKER
 
 from .conftest import story
@@ -219,7 +220,6 @@ def report_path(system: str) -> Path:
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (("--ralph-init",), "`pytest --ralph-init --ralph-driver claude`"),
     (("--ralph-driver", "claude"), "--ralph-driver goes with --ralph-init (`pytest "
                                    "--ralph-init --ralph-driver claude`)"),
     (("--ralph-init", "--ralph-driver", "claude", "--ralph"),
@@ -240,7 +240,7 @@ def report_path(system: str) -> Path:
      "holds a <promise> tag itself, so no final message could ever hold it"),
     (("--ralph-init", "--ralph-driver", "claude", "--ralph-max-cost", "0.5"),
      "--ralph-max-cost (from --ralph-max-cost) cannot bound a Claude Code run"),
-], ids=["init-without-driver", "driver-without-init", "init-with-ralph", "init-with-k",
+], ids=["driver-without-init", "init-with-ralph", "init-with-k",
         "init-with-m", "init-with-deselect", "init-with-k-and-m", "promise-with-tags",
         "promise-with-closing-tag", "init-with-max-cost"])
 def test_arming_usage_errors(project: Project, args: tuple[str, ...], says: str) -> None:
@@ -364,13 +364,14 @@ def test_hook_command_quotes_an_interpreter_path_with_spaces(
     assert project.armed()["session"] == S1
 
 
-def test_arming_without_a_prd_exits_5(project: Project) -> None:
+def test_arming_without_a_prd_scaffolds_one_first(project: Project) -> None:
     project.prd.unlink()
     done = project.pytest("--ralph-init", "--ralph-driver", "claude")
-    assert done.code == 5, done.text
-    assert "no PRD found" in done.err
-    assert not project.marker.exists()
-    assert not (project.state / DB_NAME).exists()
+    # --ralph-init writes an example PRD (pytest_ralph.scaffold), then arms a run of it
+    assert project.prd.is_file(), done.text
+    assert "prd.json" in done.out
+    assert [s.id for s in load_prd(project.prd).stories] == ["US-001"]
+    assert done.code in (0, 5), done.text
 
 
 def test_arming_with_an_invalid_prd_exits_4_naming_it(project: Project) -> None:

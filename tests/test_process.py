@@ -295,3 +295,25 @@ def test_wait_exit_returns_when_the_command_ends_not_at_a_polling_step(tmp_path:
         process.wait_exit(slow, timeout=0.2)
     kill_group(slow, grace=0.1)
     process.wait_exit(slow, timeout=1)  # reaped already: returns at once
+
+
+@posix_only
+def test_wait_exit_with_descriptors_numbered_past_1023(tmp_path: Path) -> None:
+    """select() refuses descriptors past 1023; a process holding that many files open (a
+    conftest, a long session) must still wait for its commands."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the hard limit of open files is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        finished, out = _run(tmp_path, [PY, "-c", "print('ok')"], timeout=30)
+        assert (finished.returncode, out.strip()) == (0, "ok")
+        finished, _ = _run(tmp_path, ["sleep", "5"], timeout=0.2)
+        assert finished.timed_out
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

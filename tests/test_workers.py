@@ -378,7 +378,9 @@ def left_behind(root: Path, result: subprocess.CompletedProcess[str]) -> dict[st
             it["agent"].pop("duration", None)
     (report,) = (root / ".pytest_ralph" / "reports").glob("ralph-*.md")
     return {"code": result.returncode,
-            "stdout": _normal(result.stdout, root).splitlines(),
+            # the settings line names --ralph-workers: the one thing meant to differ
+            "stdout": [line for line in _normal(result.stdout, root).splitlines()
+                       if not line.startswith("pytest-ralph: settings: ")],
             "checks": checks, "run": json.loads(_normal(json.dumps(run), root)),
             "report": _normal(report.read_text(encoding="utf-8"), root).splitlines(),
             "prd": (root / "prd.json").read_text(encoding="utf-8")}
