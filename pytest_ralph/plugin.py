@@ -50,7 +50,7 @@ from .collect import (
 )
 from .failure import from_wire, to_wire
 from .prd import PRD_FILE_NAMES, PRD_FORMATS, discover_prd
-from .results import CriterionResult, write_results
+from .results import CriterionResult, prd_order, write_results
 from .settings import SPECS, Settings, SettingsError, default_text, describe, resolve
 
 if TYPE_CHECKING:
@@ -567,7 +567,8 @@ def pytest_configure(config: pytest.Config) -> None:
     results = config.getoption("ralph_results", None)
     if results:
         if not hasattr(config, "workerinput"):  # a pytest-xdist worker reports to its controller
-            config.pluginmanager.register(ResultsRecorder(Path(results)), "ralph-results")
+            config.pluginmanager.register(ResultsRecorder(Path(results), config.rootpath),
+                                          "ralph-results")
         _sigterm_interrupts()
     config.pluginmanager.register(GateSummary(config), "ralph-gate-summary")
     if settings.prd is not None and not settings.prd.is_file() and not _is_child():
@@ -712,28 +713,30 @@ class ResultsRecorder:
     """In the loop's child pytest: collect criterion outcomes and write the results file.
 
     Under pytest-xdist it runs on the controller only (the workers' reports reach it) and
-    writes the same file as one process would: criteria in collection order (the PRD's),
+    writes the same file as one process would: criteria in PRD order (whatever order they ran
+    in: pytest-randomly shuffles it),
     each collection error once (every worker collects), and, as without xdist, where a
     collection error stops the session before any check runs, no criteria and exit 2.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, rootdir: Path) -> None:
         self.path = path
+        self.rootdir = rootdir
         self.results: dict[str, CriterionResult] = {}
         self.errors: list[str] = []
         self.order: dict[str, int] = {}
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Keep the collection order (after deselection)."""
+        """Keep the PRD order of what was collected (after deselection)."""
         if not self.order:
-            self.order = {item.nodeid: i for i, item in enumerate(session.items)}
+            self.order = prd_order([item.nodeid for item in session.items], self.rootdir)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
-        """On the pytest-xdist controller, which collects nothing: keep the collection order of
-        the first worker (xdist refuses workers that collect differently)."""
+        """On the pytest-xdist controller, which collects nothing: the PRD order of what the
+        first worker collected (xdist refuses workers that collect differently)."""
         if not self.order:
-            self.order = {nodeid: i for i, nodeid in enumerate(ids)}
+            self.order = prd_order(ids, self.rootdir)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         """Keep collection errors: the loop counts them as failures."""

@@ -160,3 +160,44 @@ def atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def prd_order(nodeids: Iterable[str], rootdir: Path) -> dict[str, int]:
+    """Each node id's rank in PRD order: criteria of one PRD file by story position, then
+    criterion position (``prd.json::US-001::AC1`` and so on), PRD files in the order they
+    first appear in ``nodeids``, anything else (a criterion the PRD no longer has, another
+    test) after its file's criteria in the order given. What a shuffling plugin
+    (pytest-randomly) does to the run order does not change it.
+
+    Args:
+        nodeids: pytest node ids, relative to ``rootdir`` (as pytest makes them).
+        rootdir: the session's rootdir.
+    """
+    from .prd import PRDError, load_prd
+
+    ids = list(nodeids)
+    files: dict[str, int] = {}
+    places: dict[str, dict[tuple[str, str], tuple[int, int]]] = {}
+    for nodeid in ids:
+        name = nodeid.split("::", 1)[0]
+        if name in files:
+            continue
+        files[name] = len(files)
+        try:
+            prd = load_prd(rootdir / name)
+        except (PRDError, OSError, ValueError):
+            places[name] = {}
+            continue
+        places[name] = {(s.id, c.id): (s.position, c.index) for s in prd.stories
+                        for c in s.criteria}
+    last = (1 << 30, 0)
+
+    def key(pair: tuple[int, str]) -> tuple[int, tuple[int, int], int]:
+        given, nodeid = pair
+        parts = nodeid.split("::")
+        name = parts[0]
+        place = places[name].get((parts[1], parts[2])) if len(parts) == 3 else None
+        return files[name], place or last, given
+
+    ranked = sorted(enumerate(ids), key=key)
+    return {nodeid: rank for rank, (_, nodeid) in enumerate(ranked)}

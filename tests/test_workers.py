@@ -222,6 +222,20 @@ def test_results_come_in_prd_order_whatever_order_the_workers_finish(
     assert "bringing up nodes" in log, log  # it did run on workers
 
 
+@pytest.mark.parametrize("workers", ["", "2"])
+def test_results_come_in_prd_order_when_a_plugin_shuffles_the_run(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path], workers: str) -> None:
+    """As pytest-randomly does: a conftest reverses the items (on every worker alike)."""
+    (pytester.path / "pytest.ini").write_text("[pytest]\n")
+    (pytester.path / "conftest.py").write_text(
+        "def pytest_collection_modifyitems(items):\n    items.reverse()\n")
+    write_prd(story("US-1", *[{"text": f"c{i}", "run": f"exit {i % 2}"} for i in range(4)]),
+              story("US-2", {"text": "last", "run": "true"}))
+    data = _phase_results(pytester.path, workers, f"shuffled{workers or 0}")
+    assert [c["nodeid"] for c in data["criteria"]] == [
+        *(f"prd.json::US-1::AC{i}" for i in range(1, 5)), "prd.json::US-2::AC1"]
+
+
 def test_workers_without_plugin_autoload(pytester: pytest.Pytester,
                                          write_prd: Callable[..., Path],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
