@@ -546,7 +546,9 @@ class PytestCheck:
         elif code in (2, 3, 4):
             what = {2: "interrupted or collection errors", 3: "internal error",
                     4: "usage error, e.g. a node id that does not exist"}[code]
-            found = f"pytest exit {code} ({what})"
+            told = _pytest_error_line(tail)  # pytest's own words, when it printed some
+            found = f"pytest exit {code} ({what.split(',')[0]}: {told})" if told else \
+                f"pytest exit {code} ({what})"
         elif code == 5 or counts["tests"] == 0:
             found = f"no test ran (pytest exit {code}: nothing selected or collected)"
         elif code == 0:
@@ -562,6 +564,23 @@ class PytestCheck:
         text = f"{found}; expected {expected}: `pytest {shown}`"
         text += f"\noutput (last lines):\n{tail}" if tail else ""
         return CheckResult(False, text)
+
+
+def _pytest_error_line(output: str) -> str:
+    """The first line of a child pytest's ``output`` that starts with ``ERROR`` (a usage
+    error such as ``ERROR: file or directory not found: tests``, or a collection error's
+    summary line ``ERROR tests/test_a.py``, then completed with the first ``E   `` line of
+    the traceback: ``tests/test_a.py - ModuleNotFoundError: ...``), without the prefix and
+    cut to 200 characters; ``""`` when there is none."""
+    lines = output.splitlines()
+    for line in lines:
+        if line.startswith("ERROR"):
+            told = line[len("ERROR"):].lstrip(": ").strip()
+            why = next((ln[1:].strip() for ln in lines if ln.startswith("E  ")), "")
+            if why and " - " not in told:  # -q's summary line names only the file
+                told = f"{told} - {why}"
+            return told if len(told) <= 200 else told[:199] + "\u2026"
+    return ""
 
 
 def _junit_counts(path: Path) -> dict[str, int]:

@@ -277,6 +277,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
                 f"pytest-ralph: {given[0]} cannot be used with {' or '.join(given[1:])} "
                 "(--ralph-status, --ralph-cancel, --ralph-init and --ralph-doctor each do one "
                 "thing and exit; run each on its own)")
+        _refuse_with_command(config, given[0])
         code, text = _command(config, given[0])
         (_err if code else _out)(text)
         return code
@@ -369,6 +370,57 @@ def _after_loop(config: pytest.Config, loop: Loop, code: int, said: list[str]) -
             _err(f"pytest-ralph: warning: {warning}")
 
 
+#: Options of pytest's test session that mean nothing to ``--ralph-status``,
+#: ``--ralph-cancel``, ``--ralph-init`` and ``--ralph-doctor``, which run no test:
+#: (argparse dest, the option's spellings). Refused when typed on the command line.
+NOT_WITH_COMMANDS: tuple[tuple[str, str], ...] = (
+    ("keyword", "-k"), ("markexpr", "-m"), ("deselect", "--deselect"),
+    ("maxfail", "-x/--exitfirst/--maxfail"), ("lf", "--lf/--last-failed"),
+    ("failedfirst", "--ff/--failed-first"), ("newfirst", "--nf/--new-first"),
+    ("stepwise", "--sw/--stepwise"), ("stepwise_skip", "--sw-skip/--stepwise-skip"),
+    ("usepdb", "--pdb"), ("trace", "--trace"), ("collectonly", "--collect-only"),
+    ("setupplan", "--setup-plan"), ("setuponly", "--setup-only"),
+    ("showfixtures", "--fixtures"), ("show_fixtures_per_test", "--fixtures-per-test"),
+    ("markers", "--markers"), ("cacheshow", "--cache-show"),
+)
+
+
+def _refuse_with_command(config: pytest.Config, flag: str) -> None:
+    """Refuse test-session options and path arguments typed with ``flag`` (one of
+    ``--ralph-status``, ``--ralph-cancel``, ``--ralph-init``, ``--ralph-doctor``): each does
+    one thing and exits without running a test, so a ``-k`` or a path typed with it would be
+    silently ignored. Options in ``addopts`` are meant for test runs and are not refused.
+
+    Raises:
+        pytest.UsageError: naming the option or path and what to do instead (exit 4).
+    """
+    if flag == "--ralph-init" and config.getoption("ralph_driver") == "claude":
+        selection = [name for name, value in (
+            ("-k", config.getoption("keyword", "")), ("-m", config.getoption("markexpr", "")),
+            ("--deselect", config.getoption("deselect", None))) if value]
+        if selection:
+            raise pytest.UsageError(
+                f"pytest-ralph: {' and '.join(selection)} cannot be used with --ralph-init: a "
+                "Claude Code run checks every criterion of its stories; choose stories with "
+                "--ralph-story ID instead")
+    if flag == "--ralph-init":
+        _refuse_numprocesses(config, flag)
+    typed = command_line_options(config)
+    for dest, name in NOT_WITH_COMMANDS:
+        if getattr(typed, dest, None):
+            raise pytest.UsageError(
+                f"pytest-ralph: {name} cannot be used with {flag}: it runs no test (run "
+                f"{flag} on its own, then pytest with {name.split('/')[0]})")
+    if getattr(config, "args_source", None) == pytest.Config.ArgsSource.ARGS:
+        args = [a for a in config.args if a]
+        if args:
+            where = ("name the PRD to create with --ralph-prd PATH; it works in the rootdir, "
+                     f"{config.rootpath}") if flag == "--ralph-init" else (
+                "name the state folder with --ralph-dir DIR, or run it from the project")
+            raise pytest.UsageError(
+                f"pytest-ralph: {flag} takes no path argument (got {' '.join(args)}): {where}")
+
+
 def _command(config: pytest.Config, flag: str) -> tuple[int, str]:
     """Run ``--ralph-status``, ``--ralph-cancel``, ``--ralph-init`` or ``--ralph-doctor``;
     return ``(exit code, text)``.
@@ -377,23 +429,11 @@ def _command(config: pytest.Config, flag: str) -> tuple[int, str]:
     configuration file is exit 4, nothing written), then, with ``--ralph-driver claude``,
     arms a Claude Code run.
 
-    Raises:
-        pytest.UsageError: ``--ralph-init --ralph-driver claude`` with ``-k``, ``-m`` or
-            ``--deselect``; ``--ralph-init`` with ``-n``.
+    The options were checked by :func:`_refuse_with_command` first.
     """
     settings = get_settings(config)
     if flag == "--ralph-init":
         driver = config.getoption("ralph_driver")
-        selection = [flag for flag, value in (("-k", config.getoption("keyword", "")),
-                                              ("-m", config.getoption("markexpr", "")),
-                                              ("--deselect", config.getoption("deselect", None)))
-                     if value]
-        if selection and driver == "claude":
-            raise pytest.UsageError(
-                f"pytest-ralph: {' and '.join(selection)} cannot be used with --ralph-init: a "
-                "Claude Code run checks every criterion of its stories; choose stories with "
-                "--ralph-story ID instead")
-        _refuse_numprocesses(config, flag)
         from .loop import EXIT_USAGE
         from .scaffold import ScaffoldError, init_keys, render, scaffold
 
@@ -825,6 +865,9 @@ class GateSummary:
         self.broken: list[str] = []
         #: The ``--ralph-report`` file, once written.
         self.report: Path | None = None
+        #: Warnings about files that could not be written, printed after the table (on a
+        #: line of their own, not after the progress dots).
+        self.warnings: list[str] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Count each criterion once, by its call report (or a failed setup)."""
@@ -917,14 +960,18 @@ class GateSummary:
             self.report = None if warnings[-1] else path
         if (ordered or notes or self.broken) and _step_summary_wanted():
             warnings.append(stepsummary.append(text))
-        tr = self.config.pluginmanager.get_plugin("terminalreporter")
-        for warning in warnings:
-            if not warning:
-                continue
-            if tr is not None:
-                tr.write_line(f"pytest-ralph: warning: {warning}", yellow=True)
-            else:
-                _err(f"pytest-ralph: warning: {warning}")
+        said = [f"pytest-ralph: warning: {warning}" for warning in warnings if warning]
+        if self.config.pluginmanager.get_plugin("terminalreporter") is None:
+            for line in said:
+                _err(line)
+        else:
+            self.warnings += said  # printed by pytest_terminal_summary, or at unconfigure
+
+    def pytest_unconfigure(self) -> None:
+        """Warnings that no terminal summary printed (pytest ended in an internal error)."""
+        for line in self.warnings:
+            _err(line)
+        self.warnings.clear()
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None, None, None]:
@@ -950,6 +997,9 @@ class GateSummary:
             self._write_table(tr)
             if self.report is not None:
                 tr.write_line(f"pytest-ralph: report {self.report}")
+            for line in self.warnings:
+                tr.write_line(line, yellow=True)
+            self.warnings.clear()
 
     def _write_table(self, tr: Any) -> None:
         """Print the per-story table and notes about empty PRDs."""

@@ -341,6 +341,41 @@ def _holds(folder: Path, prd: Path | None) -> bool:
 
 def _testpaths(config: Path | None) -> list[str]:
     """The ``testpaths`` of a pytest configuration file (empty when unset or unreadable)."""
+    return _setting(config, "testpaths")
+
+
+#: Top-level files that are not the project's code.
+_NOT_CODE = ("conftest.py", "setup.py", "noxfile.py", "fabfile.py", "tasks.py")
+
+
+def _import_note(rootdir: Path, tests: Sequence[str], config: Path | None) -> str | None:
+    """A note when a ``pytest`` criterion could import the project's top-level modules where
+    a bare ``pytest`` cannot: tests in folders that are not packages, modules or packages at
+    the top, and neither a top-level ``conftest.py`` nor a ``pythonpath`` setting. A check
+    phase runs like ``python -m pytest`` (the rootdir on ``sys.path``); bare ``pytest`` puts
+    only each test file's first folder outside a package there (pytest's default
+    ``prepend`` import mode). ``None`` when nothing suggests a difference."""
+    if (rootdir / "conftest.py").is_file() or _setting(config, "pythonpath"):
+        return None
+    folders = [rootdir / t for t in tests if (rootdir / t).is_dir()]
+    if not folders or all((f / "__init__.py").is_file() for f in folders):
+        return None
+    code = sorted(p.name for p in rootdir.iterdir()
+                  if (p.is_file() and p.suffix == ".py" and p.name not in _NOT_CODE
+                      and not any(fnmatch(p.name, pattern) for pattern in _TEST_FILES))
+                  or (p.is_dir() and (p / "__init__.py").is_file() and p not in folders))
+    if not code:
+        return None
+    shown = ", ".join(code[:3]) + (", ..." if len(code) > 3 else "")
+    return (f"a `pytest` criterion runs like `python -m pytest`, with the project folder on "
+            f"sys.path, so its tests can import {shown} where a bare `pytest` may not; if "
+            "`pytest` alone fails with ModuleNotFoundError, add an empty conftest.py at the "
+            "top (or `pythonpath = .` to the pytest settings) so that both agree")
+
+
+def _setting(config: Path | None, key: str) -> list[str]:
+    """A list setting (``testpaths``, ``pythonpath``) of a pytest configuration file (empty
+    when unset or unreadable)."""
     if config is None or not config.is_file():
         return []
     kind, table = _config_kind(config)
@@ -348,14 +383,14 @@ def _testpaths(config: Path | None) -> list[str]:
     if kind == "toml":
         doc = _parse_toml(config, text)
         for keys in table:
-            value = _toml_get(doc, *keys, "testpaths")
+            value = _toml_get(doc, *keys, key)
             if isinstance(value, str):
                 return value.split()
             if isinstance(value, list):
                 return [str(v) for v in value]
         return []
     section = _find_section(_parse_ini(config, text.splitlines()), table[0][0])
-    return section.values.get("testpaths", "").split() if section else []
+    return section.values.get(key, "").split() if section else []
 
 
 def detect(rootdir: Path, *, config: Path | None = None, prd: Path | None = None,
@@ -689,6 +724,9 @@ def plan(rootdir: Path, *, config: Path | None, state_dir: Path, prd: Path | Non
         if not project.tests:
             out.notes.append("no test suite found (no test_*.py or *_test.py file): the "
                              "example criterion asks for one in tests/")
+        note = _import_note(rootdir, project.tests, project.config)
+        if note:
+            out.notes.append(note)
         for tool, where in (("ruff", project.ruff), ("mypy", project.mypy)):
             if where and shutil.which(tool) is None:
                 out.notes.append(f"{tool} is configured ({where}) but not on PATH: its "

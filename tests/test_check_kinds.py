@@ -30,7 +30,13 @@ CASES: list[tuple[dict[str, object], bool, str]] = [
      "1 failed, 1 passed (pytest exit 1); expected all selected tests pass and at least one "
      "runs"),
     ({"pytest": "tests/test_a.py::test_skip"}, False, "the selected test was skipped"),
-    ({"pytest": "tests/test_a.py::test_gone"}, False, "pytest exit 4 (usage error"),
+    ({"pytest": "tests/test_a.py::test_gone"}, False,
+     "pytest exit 4 (usage error: not found: "),
+    ({"pytest": "tests/nowhere"}, False,
+     "pytest exit 4 (usage error: file or directory not found: tests/nowhere); expected"),
+    ({"pytest": "broken/test_b.py"}, False,
+     "pytest exit 2 (interrupted or collection errors: broken/test_b.py - "
+     "ModuleNotFoundError: No module named 'nosuchmodule'); expected"),
     ({"pytest": "tests/test_a.py", "text": "k in addopts cannot narrow it"}, False, "1 failed"),
     ({"exists": "tests"}, True, ""),
     ({"exists": "missing.txt"}, False, "nothing at `missing.txt`; expected a file or folder"),
@@ -62,6 +68,8 @@ CASES: list[tuple[dict[str, object], bool, str]] = [
 def kinds_project(pytester: pytest.Pytester, write_prd: Writer) -> Path:
     pytester.mkdir("tests")
     (pytester.path / "tests" / "test_a.py").write_text(LINKED_TESTS)
+    pytester.mkdir("broken")
+    (pytester.path / "broken" / "test_b.py").write_text("import nosuchmodule\n")
     (pytester.path / "notes.md").write_text("# Notes\nversion: 1.2\n")
     with contextlib.closing(sqlite3.connect(pytester.path / "app.db")) as db:
         db.executescript("CREATE TABLE users (name TEXT, active INT);"

@@ -294,6 +294,42 @@ def test_addopts_meant_for_the_gate_neither_stop_nor_break_the_checks(
                                  "  0/2 criteria passing; failing: US-1::AC1, US-2::AC1*"])
 
 
+
+COMMAND_REFUSALS = [
+    ("--ralph-init", ("-k", "US"), "-k cannot be used with --ralph-init: it runs no test"),
+    ("--ralph-init", ("-x",), "-x/--exitfirst/--maxfail cannot be used with --ralph-init"),
+    ("--ralph-init", ("--pdb",), "--pdb cannot be used with --ralph-init"),
+    ("--ralph-init", ("--lf",), "--lf/--last-failed cannot be used with --ralph-init"),
+    ("--ralph-init", ("tests",), "--ralph-init takes no path argument (got tests): name the "
+                                 "PRD to create with --ralph-prd PATH*"),
+    ("--ralph-init", ("-n", "2"), "-n cannot be used with --ralph-init"),
+    ("--ralph-status", ("-m", "slow"), "-m cannot be used with --ralph-status"),
+    ("--ralph-cancel", ("--collect-only",), "--collect-only cannot be used with --ralph-cancel"),
+    ("--ralph-doctor", ("prd.json",), "--ralph-doctor takes no path argument*"),
+]
+
+
+@pytest.mark.parametrize(("command", "args", "message"), COMMAND_REFUSALS,
+                         ids=[" ".join((c, *a)) for c, a, _ in COMMAND_REFUSALS])
+def test_commands_refuse_test_options_instead_of_ignoring_them(
+        pytester: pytest.Pytester, command: str, args: tuple[str, ...], message: str) -> None:
+    """``--ralph-init``, ``--ralph-status``, ``--ralph-cancel`` and ``--ralph-doctor`` run no
+    test: a selection, a debugging flag or a path typed with them is an error (exit 4), and
+    nothing is written."""
+    pytester.makefile(".json", prd='{"userStories": []}')
+    before = sorted(p.name for p in pytester.path.iterdir())
+    result = pytester.runpytest(command, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*pytest-ralph: {message}*"])
+    assert sorted(p.name for p in pytester.path.iterdir()) == before
+
+
+def test_commands_leave_the_addopts_of_test_runs_alone(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\naddopts = -x --lf -k unit\n")
+    result = pytester.runpytest("--ralph-init")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    assert (pytester.path / "prd.json").is_file()
+
 # -- 2. configuration files ----------------------------------------------------------------------
 
 

@@ -176,6 +176,45 @@ def test_without_tests_the_prd_asks_for_a_test_suite(tmp_path: Path) -> None:
     assert "no test suite found" in sc.render(done, tmp_path)
 
 
+IMPORT_NOTE = "a `pytest` criterion runs like `python -m pytest`"
+
+
+@pytest.mark.parametrize(("files", "noted"), [
+    ({"calc.py": BUGGY_CALC, "tests/test_calc.py": TEST_CALC}, True),
+    ({"calc/__init__.py": "", "tests/test_calc.py": TEST_CALC}, True),
+    ({"calc.py": BUGGY_CALC, "tests/test_calc.py": TEST_CALC, "conftest.py": ""}, False),
+    ({"calc.py": BUGGY_CALC, "tests/test_calc.py": TEST_CALC,
+      "pytest.ini": "[pytest]\npythonpath = .\n"}, False),
+    ({"calc.py": BUGGY_CALC, "tests/test_calc.py": TEST_CALC, "tests/__init__.py": ""}, False),
+    ({"src/calc.py": BUGGY_CALC, "tests/test_calc.py": TEST_CALC}, False),
+    ({"calc.py": BUGGY_CALC, "test_calc.py": TEST_CALC}, False),
+    ({"setup.py": "", "tests/test_calc.py": TEST_CALC}, False),
+], ids=["module", "package", "conftest", "pythonpath", "tests-package", "src-layout",
+        "top-level-tests", "only-setup-py"])
+def test_init_notes_when_bare_pytest_may_not_import_the_project(
+        tmp_path: Path, files: dict[str, str], noted: bool) -> None:
+    write(tmp_path, files)
+    done = run(tmp_path)
+    assert any(IMPORT_NOTE in note for note in done.notes) is noted, done.notes
+
+
+def test_the_import_note_says_what_pytest_does(tmp_path: Path) -> None:
+    """What the note claims, in real processes: in the noted layout ``python -m pytest`` (as
+    a check phase runs) imports ``calc`` where a bare ``pytest`` fails, and the empty
+    ``conftest.py`` it suggests makes both agree."""
+    write(tmp_path, {"calc.py": FIXED_CALC, "tests/test_calc.py": TEST_CALC})
+    (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    bare = [str(Path(sys.executable).parent / "pytest"), "-q", "-p", "no:cacheprovider",
+            "tests"]
+    module = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
+    assert subprocess.run(bare, cwd=tmp_path, env=env, capture_output=True).returncode == 2
+    assert subprocess.run(module, cwd=tmp_path, env=env, capture_output=True).returncode == 0
+    assert any(IMPORT_NOTE in note for note in run(tmp_path).notes)
+    (tmp_path / "conftest.py").write_text("", encoding="utf-8")
+    assert subprocess.run(bare, cwd=tmp_path, env=env, capture_output=True).returncode == 0
+
+
 @pytest.mark.parametrize("existing", ["prd.json", "prd.yaml", ".ralph/prd.jsonc",
                                       "scripts/ralph/prd.yml"])
 def test_an_existing_prd_is_never_touched(tmp_path: Path, existing: str) -> None:
@@ -478,7 +517,7 @@ def test_ralph_init_scaffolds_then_says_everything_was_skipped(pytester: pytest.
 @pytest.mark.usefixtures("clean")
 def test_ralph_init_edits_the_pyproject_pytest_reads(pytester: pytest.Pytester) -> None:
     write(pytester.path, {"pyproject.toml": PYPROJECT, "tests/test_a.py": "def test(): pass\n"})
-    result = pytester.runpytest("--ralph-init", "--ralph-agent", "claude", "-k", "anything")
+    result = pytester.runpytest("--ralph-init", "--ralph-agent", "claude")
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     assert (pytester.path / "pyproject.toml").read_text() == PYPROJECT.replace(
         '  "tests",  # only these\n]\n',

@@ -200,15 +200,20 @@ def test_under_xdist_the_summary_is_written_once_and_the_same(
     assert texts[0] == texts[1]
 
 
+@pytest.mark.parametrize("quiet", [(), ("-q",)], ids=["default", "quiet"])
 def test_an_unwritable_summary_is_a_warning_and_keeps_the_exit_code(
         pytester: pytest.Pytester, write_prd: Callable[..., Path],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, quiet: tuple[str, ...]) -> None:
+    """The warning is a line of its own after the table (with ``-q`` too, where the progress
+    line is still open when the session finishes)."""
     three_stories(write_prd, pytester)
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "no" / "such" / "folder.md"))
-    result = pytester.runpytest_subprocess("prd.json", "--ralph-gate=claims")
+    result = pytester.runpytest_subprocess("prd.json", "--ralph-gate=claims", *quiet)
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["pytest-ralph: warning: cannot write the job summary "
+    result.stdout.fnmatch_lines(["US-*", "pytest-ralph: warning: cannot write the job summary "
                                  "GITHUB_STEP_SUMMARY=*folder.md: *"])
+    assert all(line.startswith("pytest-ralph: warning: cannot write")
+               for line in result.stdout.lines if "cannot write" in line)
     (pytester.path / "bye.txt").write_text("bye\n", encoding="utf-8")
     assert pytester.runpytest_subprocess("prd.json", "--ralph-gate=claims").ret == 0
 
@@ -345,6 +350,19 @@ def test_the_template_is_a_workflow_that_uploads_always() -> None:
     assert "--junitxml=\"$RALPH_OUT/junit.xml\"" in gate
     assert "--ralph-report=\"$RALPH_OUT/report.md\"" in gate
     assert job["env"]["PYTEST_RALPH_GATE"] in ("claims", "all")
+
+
+def test_the_template_installs_pytest_ralph_from_a_source_the_user_names() -> None:
+    """pytest-ralph is not on PyPI: the install step takes its pip requirement from
+    ``RALPH_PIP_SPEC``, whose comment says so and shows a git URL, and skips it when empty."""
+    text = TEMPLATE.read_text(encoding="utf-8")
+    (job,) = load_template()["jobs"].values()
+    assert "RALPH_PIP_SPEC" in job["env"]
+    (install,) = [s["run"] for s in job["steps"] if "pip install" in s.get("run", "")]
+    assert 'if [ -n "$RALPH_PIP_SPEC" ]; then python -m pip install "$RALPH_PIP_SPEC"; fi' \
+        in install
+    assert "pip install pytest-ralph" not in install
+    assert "not on PyPI yet" in text and "git+https://" in text
 
 
 @pytest.mark.parametrize("done", [False, True], ids=["failing", "passing"])
