@@ -9,6 +9,7 @@ the JUnit XML, exit codes and messages.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import textwrap
@@ -138,6 +139,22 @@ def test_junitxml_has_a_testcase_per_criterion(pytester: pytest.Pytester, demo: 
     assert props["ralph_message"] in (failure.text or "")
 
 
+
+def test_docs_ci_lists_every_junit_property(pytester: pytest.Pytester) -> None:
+    """The property table of ``docs/ci.md`` names exactly the properties a criterion's
+    ``testcase`` carries, in their order; a claimed text criterion says ``True``."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "ci.md").read_text("utf-8")
+    table = doc.split("<!-- junit-properties -->\n", 1)[1].split("\n\n", 1)[0]
+    documented = re.findall(r"^\| `(ralph_\w+)` \|", table, re.MULTILINE)
+    pytester.makefile(".json", prd=json.dumps({"userStories": [story(
+        "US-1", "it reads well", {"text": "prd.json exists", "exists": "prd.json"},
+        passes=True)]}))
+    pytester.runpytest("--junitxml", "junit.xml").assert_outcomes(passed=2)
+    cases = _testcases(pytester.path / "junit.xml")
+    assert [list(_properties(c)) for c in cases] == [documented, documented]
+    assert [_properties(c)["ralph_claimed"] for c in cases] == ["True", "False"]
+    assert [_properties(c)["ralph_kind"] for c in cases] == ["text", "exists"]
+
 def test_strict_markers_and_no_cacheprovider(pytester: pytest.Pytester, demo: Path) -> None:
     result = pytester.runpytest("--strict-markers", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=2)
@@ -157,10 +174,18 @@ def test_gate_under_xdist(pytester: pytest.Pytester, demo: Path) -> None:
     assert names == ["prd.json.US-001::AC1", "prd.json.US-001::AC2"]
 
 
+def need_randomly() -> None:
+    """Skip without pytest-randomly, unless ``PYTEST_RALPH_RANDOMLY=required`` (set by
+    ``.ci/run``, which installs it), where its absence fails the test."""
+    if os.environ.get("PYTEST_RALPH_RANDOMLY") == "required":
+        import pytest_randomly  # noqa: F401
+    else:
+        pytest.importorskip("pytest_randomly")
+
 @pytest.mark.parametrize("plugin", ["randomly", "no:randomly"])
 def test_gate_with_and_without_pytest_randomly(pytester: pytest.Pytester, demo: Path,
                                                plugin: str) -> None:
-    pytest.importorskip("pytest_randomly")
+    need_randomly()
     result = pytester.runpytest_subprocess("-p", plugin, "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=2)
     seeded = any(line.startswith("Using --randomly-seed=") for line in result.outlines)
@@ -231,7 +256,7 @@ def test_strict_flags_reach_the_check_phases() -> None:
 @pytest.mark.parametrize("plugin", ["randomly", "no:randomly"])
 def test_loop_with_and_without_pytest_randomly(pytester: pytest.Pytester, two_stories: Path,
                                                ralph_agent: AgentFactory, plugin: str) -> None:
-    pytest.importorskip("pytest_randomly")
+    need_randomly()
     agent = ralph_agent({"files": {"a.txt": "a\n"}}, {"files": {"b.txt": "b\n"}})
     result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", agent.command,
                                            "-p", plugin)
