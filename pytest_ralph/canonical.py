@@ -20,6 +20,8 @@ Pure: no I/O, no pytest, standard library only; the input is not mutated.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import math
 import re
 import unicodedata
@@ -29,7 +31,7 @@ from typing import Any, TypeGuard
 
 from .dialects import CRITERIA_KEYS, STORY_CONTAINERS, Normalized, Origin
 
-__all__ = ["FastRules", "fast_normalize", "regex_problem"]
+__all__ = ["CHECK_FIELDS", "FastRules", "fast_normalize", "misspelt", "regex_problem"]
 
 #: Story keys the dialect rules read; a story holding one besides its canonical keys takes
 #: the full path (e.g. ``status`` next to ``passes``).
@@ -54,6 +56,22 @@ CHECK_FIELDS: dict[str, frozenset[str]] = {
     "python": frozenset(["python", "timeout"]),
 }
 _CHECK_KEYS = frozenset(CHECK_FIELDS)
+
+#: Every key a built-in check object knows, for :func:`misspelt`.
+_KNOWN_KEYS = tuple(sorted({"id", "text", "kind", *(k for f in CHECK_FIELDS.values() for k in f)}))
+
+
+@functools.lru_cache(maxsize=256)
+def misspelt(key: str) -> str | None:
+    """The built-in check key that ``key`` looks like a misspelling of (``"contians"`` ->
+    ``"contains"``, ``"Timeout"`` -> ``"timeout"``, ``"expected"`` -> ``"expect"``), or
+    ``None`` for a key of its own (``"note"``, ``"owner"``): a close match by
+    :func:`difflib.get_close_matches` (ratio 0.8 or more, ignoring case)."""
+    if key in _KNOWN_KEYS:
+        return None
+    lowered = {k.lower(): k for k in _KNOWN_KEYS}
+    found = difflib.get_close_matches(key.lower(), list(lowered), n=1, cutoff=0.8)
+    return lowered[found[0]] if found else None
 
 #: An ASCII character one can see: a string holding one is not blank (``\\S``) and has
 #: visible text.
@@ -254,8 +272,8 @@ def _check_object(c: dict[str, Any], index: int, rules: FastRules, seen: set[int
                 raise _Slow
         elif field in own:
             _field(key, field, value, rules, seen)
-        elif field in ("timeout", "cwd") or field in _CHECK_KEYS:
-            raise _Slow  # a field of another kind: the full path decides what it means
+        elif field in ("timeout", "cwd") or field in _CHECK_KEYS or misspelt(field):
+            raise _Slow  # a field of another kind, or a misspelt one: the full path reports it
         else:
             _plain(value, 6, seen)
     if key == "sql" and not {"db", "expect"} <= c.keys():

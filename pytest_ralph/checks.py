@@ -707,29 +707,41 @@ class SchemaCheck:
     shown: tuple[str, str]
 
     def run(self) -> CheckResult:
-        """Load both files and validate; every error is listed with its JSON path."""
+        """Load both files and validate; every error is listed with its JSON path.
+
+        A ``$ref`` to another file (``"$ref": "defs.json#/port"``) is read from the schema's
+        folder; nothing is fetched over the network: a remote ``$ref`` (``http:``,
+        ``https:``, ...) or one that cannot be read fails the criterion, naming it.
+        """
         import jsonschema  # imported when a schema check runs
-        import yaml
+        import referencing.exceptions
 
         schema_shown, instance_shown = self.shown
         loaded = []
         for path, shown in ((self.schema, schema_shown), (self.instance, instance_shown)):
             try:
-                text = path.read_text("utf-8")
-                loaded.append(yaml.safe_load(text) if path.suffix.lower() in (".yaml", ".yml")
-                              else json.loads(text))
-            except (OSError, ValueError, yaml.YAMLError) as exc:
+                loaded.append(_load_json_or_yaml(path))
+            except (OSError, ValueError) as exc:
                 return CheckResult(False, f"cannot load `{shown}`: {exc}; expected a JSON or "
                                           "YAML file")
         schema, instance = loaded
         try:
             validator_cls = jsonschema.validators.validator_for(schema)
             validator_cls.check_schema(schema)
-            errors = sorted(validator_cls(schema).iter_errors(instance),
+            registry = _local_registry(self.schema.parent, validator_cls)
+            errors = sorted(validator_cls(schema, registry=registry).iter_errors(instance),
                             key=lambda e: list(map(str, e.absolute_path)))
         except jsonschema.SchemaError as exc:
             return CheckResult(False, f"`{schema_shown}` is not a valid JSON Schema: "
                                       f"{exc.message}")
+        except referencing.exceptions.Unresolvable as exc:
+            why: BaseException = exc
+            while why.__cause__ is not None:  # down to the retriever's own words
+                why = why.__cause__
+            return CheckResult(False, f"`{schema_shown}`: cannot resolve the $ref "
+                                      f"{getattr(exc, 'ref', '')!r}: {why}; expected a "
+                                      "reference inside the schema or to a JSON or YAML file "
+                                      "next to it (remote references are not fetched)")
         if not errors:
             return CheckResult(True)
         lines = [f"`{instance_shown}` does not match `{schema_shown}`: {len(errors)} "
@@ -742,6 +754,51 @@ class SchemaCheck:
             lines.append(f"  ... and {len(errors) - 10} more")
         return CheckResult(False, "\n".join(lines))
 
+
+
+def _load_json_or_yaml(path: Path) -> Any:
+    """The data of a JSON file, or of a YAML one (``.yaml``/``.yml``, read with
+    ``yaml.safe_load``).
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: it is not UTF-8, JSON or YAML (a ``yaml.YAMLError`` is re-raised as one).
+    """
+    import yaml
+
+    text = path.read_text("utf-8")
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        return json.loads(text)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _local_registry(folder: Path, validator_cls: Any) -> Any:
+    """A :class:`referencing.Registry` that reads a ``$ref`` to another schema from a file
+    (a relative reference from ``folder``, or a ``file:`` URI) and fetches nothing remote.
+    Its resources default to the dialect of ``validator_cls``."""
+    from urllib.parse import unquote, urlsplit
+
+    import referencing
+    import referencing.exceptions
+
+    def retrieve(uri: str) -> referencing.Resource[Any]:
+        parts = urlsplit(uri)
+        if parts.scheme not in ("", "file") or parts.netloc not in ("", "localhost"):
+            raise ValueError(f"{uri} is not a local file")
+        path = folder / unquote(parts.path)
+        try:
+            contents = _load_json_or_yaml(path)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot load {path}: {exc}") from None
+        return referencing.Resource.from_contents(
+            contents, default_specification=referencing.jsonschema.specification_with(
+                validator_cls.META_SCHEMA.get("$schema", ""),
+                default=referencing.jsonschema.DRAFT202012))
+
+    return referencing.Registry(retrieve=retrieve)  # type: ignore[call-arg]
 
 #: Characters of an exception's text (and of its traceback) a ``python`` check reports.
 PYTHON_TEXT_MAX_CHARS = 4000

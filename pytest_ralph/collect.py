@@ -26,6 +26,7 @@ PROP_STORY = "ralph_story"
 PROP_CRITERION = "ralph_criterion"
 PROP_KIND = "ralph_kind"
 PROP_TEXT = "ralph_text"
+PROP_TITLE = "ralph_title"
 PROP_CLAIMED = "ralph_claimed"
 PROP_MESSAGE = "ralph_message"
 
@@ -107,8 +108,9 @@ class CriterionItem(pytest.Item):
         self.add_marker(_MARK(story=story.id, criterion=criterion.id, kind=criterion.kind))
         # -k matches the criterion's text and the story's title too (by substring, any case)
         self.extra_keyword_matches.update(t for t in (criterion.text, story.title) if t)
-        self.user_properties += [(PROP_STORY, story.id), (PROP_CRITERION, criterion.id),
-                                 (PROP_KIND, criterion.kind), (PROP_TEXT, criterion.text)]
+        self.user_properties += [(PROP_STORY, story.id), (PROP_TITLE, story.title),
+                                 (PROP_CRITERION, criterion.id), (PROP_KIND, criterion.kind),
+                                 (PROP_TEXT, criterion.text)]
 
     def runtest(self) -> None:
         """Run the check; raise :class:`CriterionFailed` when the criterion does not hold."""

@@ -219,7 +219,7 @@ def prd_format_markdown(schema: dict[str, Any]) -> str:
         out += [schema["description"], ""]
     out += ["A PRD is a JSON, JSONC or YAML file holding one object. This page describes the "
             "canonical shape; other shapes that agents often write are read too (see "
-            "\"Dialects\" in [the README](../README.md#the-prd)).", ""]
+            "[Dialects](criteria.md#dialects)).", ""]
 
     out += ["## Top-level keys", "", *_table("", schema, defs), "", _extra_keys(schema), ""]
 
@@ -248,7 +248,7 @@ def prd_format_markdown(schema: dict[str, Any]) -> str:
             limits = "; ".join(_limits(branch, defs))
             kinds.append(f"- text: a {_type(branch)}" + (f" ({limits})" if limits else "")
                          + ", decided by an ini `ralph_checks` command, the verifier, or the "
-                         "story's claim (see [the README](../README.md#the-prd));")
+                         "story's claim (see [Text criteria](criteria.md#text-criteria));")
             continue
         node = defs[ref]
         keys = _kind_key(node)

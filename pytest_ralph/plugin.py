@@ -45,6 +45,7 @@ from .collect import (
     PROP_MESSAGE,
     PROP_STORY,
     PROP_TEXT,
+    PROP_TITLE,
     CriterionItem,
     PRDFile,
 )
@@ -483,7 +484,8 @@ _STORIES = "choose the stories to work on with --ralph-story ID or -k"
 #: Options of the command line that the loop cannot honour: (argparse dest, the option's
 #: spellings, why and what to do instead). Refused with ``--ralph`` and ``--ralph-dry-run``
 #: when typed on the command line; in ``addopts`` or ``PYTEST_ADDOPTS`` they are meant for
-#: plain ``pytest`` and the check phases do without them (README, "The loop").
+#: plain ``pytest`` and the check phases do without them (docs/loop.md, "pytest's options
+#: and the loop").
 NOT_WITH_LOOP: tuple[tuple[str, str, str], ...] = (
     ("maxfail", "-x/--exitfirst/--maxfail", "every check phase gives each selected criterion "
      "a verdict; stop the loop sooner with --ralph-max-iterations, --ralph-breaker or "
@@ -902,7 +904,8 @@ class GateSummary:
                                                    report.longreprtext)
             self.rows.append((report.nodeid, Row(
                 story=str(props[PROP_STORY]), criterion=str(props[PROP_CRITERION]),
-                text=str(props.get(PROP_TEXT, "")), status=status, message=message)))
+                text=str(props.get(PROP_TEXT, "")), status=status, message=message,
+                title=str(props.get(PROP_TITLE, "")))))
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Keep the collection order, for the Markdown summary."""

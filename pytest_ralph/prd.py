@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .canonical import FastRules, fast_normalize, regex_problem
+from .canonical import CHECK_FIELDS, FastRules, fast_normalize, misspelt, regex_problem
 from .dialects import (
     DialectError,
     Normalized,
@@ -976,7 +976,9 @@ def _criterion_problems(err: jsonschema.ValidationError, where: _Locator) -> lis
 def _check_field_problems(c: dict[str, Any], parts: tuple[str | int, ...],
                           where: _Locator) -> list[Problem]:
     """Problems the schema cannot see in one check object: several check kinds at once
-    (``run`` and ``testCommand`` are one kind), a ``contains`` that is not a regex."""
+    (``run`` and ``testCommand`` are one kind), a ``contains`` that is not a regex, a key of
+    another kind (``timeout`` on an ``exists`` check) and a misspelt key (``contians``), which
+    would otherwise be ignored. Other keys of their own (``"note"``) are allowed."""
     problems: list[Problem] = []
     if "kind" in c:  # a plugin's kind: its fields are its own
         return problems
@@ -987,6 +989,30 @@ def _check_field_problems(c: dict[str, Any], parts: tuple[str | int, ...],
         problems.append(Problem(cp, f"a criterion has several check kinds ({keys}); expected "
                                 "exactly one", line, col,
                                 hint="split it into one criterion per check"))
+    elif kinds:
+        key = next(k for k in c if k in CHECK_KEYS)
+        own = CHECK_FIELDS[key] | {"id", "text"}
+        expected = ", ".join(repr(k) for k in ("id", "text", *sorted(CHECK_FIELDS[key])))
+        for field in c:
+            if field in own:
+                continue
+            takers = sorted({CHECK_KEYS[k][0] for k, f in CHECK_FIELDS.items() if field in f})
+            near = misspelt(field)
+            if takers:
+                quoted = [repr(k) for k in takers]
+                names = quoted[0] if len(quoted) == 1 else \
+                    f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+                wrong = (f"{field!r} does not apply to {kinds[0]!r} criteria (only {names} "
+                         "criteria take it)")
+                hint = "remove it"
+            elif near is not None and near not in c:
+                wrong = f"unknown key {field!r} for {kinds[0]!r} criteria"
+                hint = f"did you mean {near!r}?"
+            else:
+                continue
+            jp, line, col = where.at((*parts, field))
+            problems.append(Problem(jp, f"{wrong}; expected the keys {expected}", line, col,
+                                    hint=hint))
     pattern = c.get("contains")
     why = regex_problem(pattern) if "file" in c and isinstance(pattern, str) else None
     if why is not None:

@@ -40,7 +40,8 @@ MOST_FAILING = 50
 #: Characters of a failure message shown at most.
 MESSAGE_CHARS = 200
 
-#: What the gate's exit codes mean (pytest's own exit codes; see the README's "Exit codes").
+#: What the gate's exit codes mean (pytest's own exit codes; see "Exit codes" in
+#: docs/loop.md).
 GATE_EXIT = {
     0: "every selected criterion passes",
     1: "criteria (or tests) failing",
@@ -49,7 +50,8 @@ GATE_EXIT = {
     4: "usage error",
     5: "no criteria collected",
 }
-#: What the loop's exit codes mean (``pytest_ralph.loop.EXIT_*``; see the README's "Exit codes").
+#: What the loop's exit codes mean (``pytest_ralph.loop.EXIT_*``; see "Exit codes" in
+#: docs/loop.md).
 LOOP_EXIT = {
     0: "complete: every criterion passes",
     1: "stopped at a limit with criteria still failing",
@@ -81,6 +83,7 @@ class Row:
             (passed on the story's claim only), ``failed``, ``unclaimed`` (failing in a story
             not claimed done, under ``--ralph-gate=claims``: not counted).
         message: the failure text (``""`` for a pass).
+        title: the story's title (``""`` when unknown).
     """
 
     story: str
@@ -88,6 +91,7 @@ class Row:
     text: str
     status: str
     message: str = ""
+    title: str = ""
 
     @property
     def key(self) -> str:
@@ -184,7 +188,7 @@ def _same(text: str) -> str:
 
 def _redacted(rows: Sequence[Row], redact: Redact) -> list[Row]:
     return [Row(story=r.story, criterion=r.criterion, text=redact(r.text), status=r.status,
-                message=redact(r.message)) for r in rows]
+                message=redact(r.message), title=redact(r.title)) for r in rows]
 
 
 def render_gate(rows: Sequence[Row], *, exit_code: int, prds: Iterable[str] = (),
@@ -213,7 +217,8 @@ def render_gate(rows: Sequence[Row], *, exit_code: int, prds: Iterable[str] = ()
            f"- Criteria: {_totals(rows)}", ""]
     if errors or notes:
         out += [*(f"- {escape(r(line), 400)}" for line in [*errors, *notes]), ""]
-    out += _story_table(rows)
+    titles = {row.story: row.title for row in rows if row.title}
+    out += _story_table(rows, titles or None)
     out += _failing_list(rows, "Failing criteria")
     return "\n".join(out) + "\n"
 

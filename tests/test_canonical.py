@@ -239,13 +239,42 @@ def test_fast_path_keeps_the_story_claims_and_defaults(tmp_path: Path) -> None:
     assert (cov.id, cov.timeout, cov.cwd) == ("cov", 2.5, None)
 
 
-def test_a_timeout_or_cwd_on_a_kind_without_one_is_its_own_field(tmp_path: Path) -> None:
-    # Before: an exists criterion with "timeout": "abc" ended in a ValueError traceback.
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_a_timeout_or_cwd_on_a_kind_without_one_is_refused(tmp_path: Path, fmt: str) -> None:
+    """Before: an exists criterion with "timeout": "abc" ended in a ValueError traceback;
+    then the key was ignored. Now it is a problem of the file, placed, with a hint; both
+    paths agree (the fast path takes such a criterion to the full one)."""
     data = copy.deepcopy(BASE)
     data["userStories"][0]["acceptanceCriteria"][5].update(timeout="abc", cwd=3)
+    with pytest.raises(PRDError) as info:
+        load_prd(_write(tmp_path, data, fmt))
+    text = str(info.value)
+    assert "$.userStories[0].acceptanceCriteria[5].timeout: 'timeout' does not apply to " \
+           "'exists' criteria (only 'pytest', 'python' and 'run' criteria take it); expected " \
+           "the keys 'id', 'text', 'exists'" in text
+    assert "$.userStories[0].acceptanceCriteria[5].cwd: 'cwd' does not apply to 'exists' " \
+           "criteria (only 'run' criteria take it)" in text
+    assert text.count("hint: remove it") == 2
+
+
+@pytest.mark.parametrize(("field", "near"), [("contians", "contains"), ("Timeout", "timeout"),
+                                             ("expected", "expect"), ("instances", "instance")])
+def test_a_misspelt_key_is_refused_and_a_key_of_ones_own_is_not(
+        tmp_path: Path, field: str, near: str) -> None:
+    """A near-miss of a check key would be ignored, and the check would pass without it
+    (``{"file": "x", "contians": "re"}`` passed whenever x existed): refused, with the key
+    it looks like. A key unlike any check key (``note``) is the writer's own and stays."""
+    data = copy.deepcopy(BASE)
+    data["userStories"][0]["acceptanceCriteria"][5][field] = 1
+    with pytest.raises(PRDError) as info:
+        load_prd(_write(tmp_path, data, "json"))
+    assert f"acceptanceCriteria[5].{field}: unknown key {field!r} for 'exists' criteria" \
+        in str(info.value)
+    assert f"hint: did you mean {near!r}?" in str(info.value)
+    data["userStories"][0]["acceptanceCriteria"][5] = {"exists": "src/login.py", "note": "x",
+                                                        "owner": "ann"}
     crit = load_prd(_write(tmp_path, data, "json")).stories[0].criteria[5]
-    assert (crit.kind, crit.timeout, crit.cwd) == ("exists", None, None)
-    assert crit.spec == {"exists": "src/login.py", "timeout": "abc", "cwd": 3}
+    assert crit.spec == {"exists": "src/login.py", "note": "x", "owner": "ann"}
 
 
 @pytest.mark.parametrize("fmt", ["json", "yaml"])

@@ -57,6 +57,13 @@ CASES: list[tuple[dict[str, object], bool, str]] = [
     ({"schema": "config.schema.json", "instance": "config.yaml"}, True, ""),
     ({"schema": "config.schema.json", "instance": "bad-config.json"}, False,
      "`bad-config.json` does not match `config.schema.json`: 1 problem; expected none"),
+    ({"schema": "ref.schema.json", "instance": "config.yaml"}, True, ""),
+    ({"schema": "ref.schema.json", "instance": "bad-config.json"}, False,
+     "`bad-config.json` does not match `ref.schema.json`: 1 problem; expected none"),
+    ({"schema": "remote.schema.json", "instance": "config.yaml"}, False,
+     "`remote.schema.json`: cannot resolve the $ref 'https://example.invalid/port.json': "
+     "https://example.invalid/port.json is not a local file; expected a reference inside the "
+     "schema or to a JSON or YAML file next to it (remote references are not fetched)"),
     ({"python": "checks:ok"}, True, ""),
     ({"python": "checks:returns_false"}, False, "`checks:returns_false()` returned False"),
     ({"python": "checks:raises"}, False, "`checks:raises()` raised ValueError: no login page"),
@@ -77,6 +84,13 @@ def kinds_project(pytester: pytest.Pytester, write_prd: Writer) -> Path:
     (pytester.path / "config.schema.json").write_text(json.dumps(
         {"type": "object", "required": ["port"], "properties": {"port": {"type": "integer"}}}))
     (pytester.path / "config.yaml").write_text("port: 8080\n")
+    (pytester.path / "defs").mkdir()
+    (pytester.path / "defs" / "port.yaml").write_text("type: integer\n")
+    (pytester.path / "ref.schema.json").write_text(json.dumps(
+        {"type": "object", "required": ["port"], "properties": {"port": {"$ref":
+                                                                         "defs/port.yaml"}}}))
+    (pytester.path / "remote.schema.json").write_text(json.dumps(
+        {"properties": {"port": {"$ref": "https://example.invalid/port.json"}}}))
     (pytester.path / "bad-config.json").write_text('{"port": "eighty"}')
     (pytester.path / "checks.py").write_text(
         "def ok():\n    return None\n"
@@ -192,3 +206,24 @@ def test_paths_are_read_as_pathlib_reads_them(tmp_path: Path, kind: str, target:
                        rootdir=tmp_path, strict=False, default_timeout=5.0, text_checks={},
                        verifier=None, verifier_source="", prd=None)
     assert check.run().passed is passes
+
+
+def test_a_schema_check_never_fetches_a_remote_ref(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """jsonschema's deprecated fallback would open a remote ``$ref`` with urllib: with our
+    registry, nothing is opened, and a missing local file is named."""
+    import urllib.request
+
+    from pytest_ralph.checks import SchemaCheck
+
+    opened: list[object] = []
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: opened.append(a))
+    (tmp_path / "s.json").write_text(json.dumps({"anyOf": [
+        {"$ref": "http://example.invalid/a.json"}, {"$ref": "missing.json"}]}))
+    (tmp_path / "i.json").write_text("1")
+    result = SchemaCheck(tmp_path / "s.json", tmp_path / "i.json", ("s.json", "i.json")).run()
+    assert not result.passed and opened == []
+    assert "http://example.invalid/a.json is not a local file" in result.message
+    (tmp_path / "s.json").write_text(json.dumps({"$ref": "missing.json"}))
+    result = SchemaCheck(tmp_path / "s.json", tmp_path / "i.json", ("s.json", "i.json")).run()
+    assert f"cannot load {tmp_path / 'missing.json'}: " in result.message

@@ -136,9 +136,10 @@ def test_the_gate_appends_its_summary(pytester: pytest.Pytester, summary: Path,
     text = summary.read_text(encoding="utf-8")
     assert text.startswith("## An earlier step\n\n### pytest-ralph gate: failed\n")
     assert "- PRD: prd.json" in text
-    assert "| US-1 | 1 | 1 | 0 | 0 |" in text
-    assert "| US-2 | 0 | 0 | 1 | 0 |" in text
-    assert "| US-3 | 0 | 0 | 0 | 1 |" in text
+    assert "| story | title | verified | claimed | failed | failing, not claimed |" in text
+    assert "| US-1 | story US-1 | 1 | 1 | 0 | 0 |" in text
+    assert "| US-2 | story US-2 | 0 | 0 | 1 | 0 |" in text
+    assert "| US-3 | story US-3 | 0 | 0 | 0 | 1 |" in text
     assert "- US-2::AC1: bye.txt exists -- nothing at \\`bye.txt\\`; expected a file or " \
            "folder there" in text
     assert "**Failing criteria (1)**" in text
