@@ -31,7 +31,8 @@ from typing import Any, TypeGuard
 
 from .dialects import CRITERIA_KEYS, STORY_CONTAINERS, Normalized, Origin
 
-__all__ = ["CHECK_FIELDS", "FastRules", "fast_normalize", "misspelt", "regex_problem"]
+__all__ = ["CHECK_FIELDS", "STORY_VOCABULARY", "TOP_VOCABULARY", "FastRules", "fast_normalize",
+           "misspelt", "regex_problem"]
 
 #: Story keys the dialect rules read; a story holding one besides its canonical keys takes
 #: the full path (e.g. ``status`` next to ``passes``).
@@ -61,16 +62,23 @@ _CHECK_KEYS = frozenset(CHECK_FIELDS)
 _KNOWN_KEYS = tuple(sorted({"id", "text", "kind", *(k for f in CHECK_FIELDS.values() for k in f)}))
 
 
-@functools.lru_cache(maxsize=256)
-def misspelt(key: str) -> str | None:
-    """The built-in check key that ``key`` looks like a misspelling of (``"contians"`` ->
-    ``"contains"``, ``"Timeout"`` -> ``"timeout"``, ``"expected"`` -> ``"expect"``), or
-    ``None`` for a key of its own (``"note"``, ``"owner"``): a close match by
-    :func:`difflib.get_close_matches` (ratio 0.8 or more, ignoring case)."""
-    if key in _KNOWN_KEYS:
+#: The canonical keys of a story and of the top level, for :func:`misspelt`.
+STORY_VOCABULARY = tuple(sorted(_STORY_KEYS))
+TOP_VOCABULARY = ("branchName", "description", "project", "userStories")
+
+
+@functools.lru_cache(maxsize=512)
+def misspelt(key: str, known: tuple[str, ...] = _KNOWN_KEYS, cutoff: float = 0.8) -> str | None:
+    """The key of ``known`` (by default the built-in check keys; :data:`STORY_VOCABULARY`,
+    :data:`TOP_VOCABULARY`) that ``key`` looks like a misspelling of (``"contians"`` ->
+    ``"contains"``, ``"Timeout"`` -> ``"timeout"``, ``"acceptanceCriterias"`` ->
+    ``"acceptanceCriteria"``), or ``None`` for a key of its own (``"note"`` on a check,
+    ``"owner"``): a close match by :func:`difflib.get_close_matches` (ratio ``cutoff`` or
+    more, ignoring case; a lower one suits a hint for an object that is refused anyway)."""
+    if key in known:
         return None
-    lowered = {k.lower(): k for k in _KNOWN_KEYS}
-    found = difflib.get_close_matches(key.lower(), list(lowered), n=1, cutoff=0.8)
+    lowered = {k.lower(): k for k in known}
+    found = difflib.get_close_matches(key.lower(), list(lowered), n=1, cutoff=cutoff)
     return lowered[found[0]] if found else None
 
 #: An ASCII character one can see: a string holding one is not blank (``\\S``) and has
@@ -172,6 +180,8 @@ def _normalize(data: object, rules: FastRules) -> Normalized | None:
         elif key in _DIALECT_TOP_KEYS and key != "userStories":
             return None
         elif key != "userStories":
+            if misspelt(key, TOP_VOCABULARY):
+                return None  # the full path reports it
             _plain(value, 2, seen)
     if "project" not in header and ("projectName" in data or "name" in data):
         return None
@@ -197,7 +207,7 @@ def _normalize(data: object, rules: FastRules) -> Normalized | None:
         for key, value in story.items():
             if key in _STORY_KEYS:
                 continue
-            if key in _DIALECT_STORY_KEYS:
+            if key in _DIALECT_STORY_KEYS or misspelt(key, STORY_VOCABULARY):
                 return None
             _plain(value, 4, seen)
         for key in ("description", "notes"):

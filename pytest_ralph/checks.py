@@ -889,7 +889,9 @@ def _run():
     except BaseException as exc:
         try:
             import traceback
-            lines = traceback.format_exception(as_type(exc), exc, exc.__traceback__)
+            tb = exc.__traceback__  # its first frame is this runner's call: leave it out
+            lines = traceback.format_exception(as_type(exc), exc,
+                                               tb.tb_next if tb is not None else None)
             trace = plain(join(lines[-3:]))
         except BaseException:
             trace = ""
@@ -1003,7 +1005,8 @@ class PythonCheck:
             if kind == "import":
                 return f"cannot import `{t}`: {fields[0]}: {fields[1]}; expected a function to call"
             if kind == "not-callable":
-                return f"`{t}` is a {fields[0]}; expected a function"
+                article = "an" if fields[0][:1].lower() in "aeiou" else "a"
+                return f"`{t}` is {article} {fields[0]}; expected a function"
             if kind == "raised":
                 return (f"`{t}()` raised {fields[0]}: {fields[1]}; expected it to return without "
                         f"raising\n{fields[2].rstrip()}")

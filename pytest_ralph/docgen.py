@@ -182,7 +182,9 @@ def _table(scope: str, node: Mapping[str, Any], defs: Mapping[str, Any]) -> list
 def _extra_keys(node: Mapping[str, Any]) -> str:
     if node.get("additionalProperties", True) is False:
         return "No other keys are allowed."
-    return "The schema accepts keys not listed here."
+    return ("The schema accepts keys not listed here, except one that looks like a "
+            "misspelling of a listed key (`prority`, `contians`): the loader refuses it, "
+            "naming the key it looks like.")
 
 
 def _kind_key(node: Mapping[str, Any]) -> list[str]:

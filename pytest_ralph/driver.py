@@ -10,9 +10,9 @@ checks every criterion in a child pytest, records the iteration in the same run 
 - criteria fail within the limits: block the stop with the next prompt as the ``reason``
   (bounded well under Claude Code's 10,000-character cut) and a ``systemMessage``
   ``ralph iteration n/max: k criteria failing``;
-- the iteration limit, the identical-failure breaker, every story blocked, the budget or
-  the cost limit: allow the stop with a ``systemMessage`` that says why and where the report
-  is.
+- the iteration limit, the identical-failure breaker, every story blocked or the budget
+  (``--ralph-max-cost`` is refused at arming: the hook is not told what a session cost):
+  allow the stop with a ``systemMessage`` that says why and where the report is.
 
 Arming checks the baseline (iteration 0), as ``pytest --ralph`` does before its first agent
 run; the session's first turn (the user's own prompt) is iteration 1, and iteration ``n`` is

@@ -116,6 +116,10 @@ _TARGET_FIELDS = {"exists": "exists", "file": "file", "schema": "instance", "sql
 #: How many names :attr:`Change.detail` shows.
 _DETAIL_NAMES = 5
 
+#: Hint put first when the change added files: ``git checkout`` does not remove them.
+ADDED_HINT = ("delete the files added there (a guarded folder takes no new file, not even a "
+              "new test)")
+
 #: Hint appended to the failure of a criterion whose oracle changed.
 RESTORE_HINT = ("restore it (for example `git checkout -- <file>`), or rerun with "
                 "--ralph-allow-criteria-edits if the change is intended")
@@ -496,8 +500,11 @@ def apply(results: CheckResults, changes: Sequence[Change]) -> CheckResults:
         if not what:
             criteria.append(c)
             continue
+        hint = RESTORE_HINT
+        if any(": added " in w or w.endswith(" added") for w in what):
+            hint = ADDED_HINT + "; " + hint
         message = (f"criteria changed: {'; '.join(what)} since the run started; expected "
-                   f"the checks that judge this criterion to stay as they were: {RESTORE_HINT}")
+                   f"the checks that judge this criterion to stay as they were: {hint}")
         if not c.passed and c.message:
             message += f"\nthe check itself also failed:\n{c.message}"
         criteria.append(replace(c, outcome="failed", message=message, claimed=False))

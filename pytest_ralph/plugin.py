@@ -435,12 +435,15 @@ def _command(config: pytest.Config, flag: str) -> tuple[int, str]:
     settings = get_settings(config)
     if flag == "--ralph-init":
         driver = config.getoption("ralph_driver")
+        from .arming import MARKER
         from .loop import EXIT_USAGE
         from .scaffold import ScaffoldError, init_keys, render, scaffold
 
         try:
             done = scaffold(config.rootpath, config=config.inipath, state_dir=settings.dir,
-                            prd=settings.prd, keys=init_keys(settings))
+                            prd=settings.prd, keys=init_keys(settings, config.rootpath),
+                            ignores=[(MARKER.as_posix(), "the Claude Code arming file")]
+                            if driver == "claude" else [])
         except ScaffoldError as exc:
             return EXIT_USAGE, f"pytest-ralph: --ralph-init: {exc}"
         if driver != "claude":
@@ -450,7 +453,7 @@ def _command(config: pytest.Config, flag: str) -> tuple[int, str]:
         code, armed = arm(settings, rootdir=config.rootpath,
                           inifile=config.inipath or done.config, python=sys.executable,
                           pythonpath=tuple(Path(p) for p in _ini_pythonpath(config)))
-        return code, f"{render(done, config.rootpath)}\n{armed}"
+        return code, f"{render(done, config.rootpath, driver=driver)}\n{armed}"
     if flag == "--ralph-doctor":
         from .doctor import doctor
 
@@ -725,12 +728,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                                   items: list[pytest.Item]) -> None:
     """Refuse misspelt hooks of conftest.py files loaded during collection; add the
     discovered PRD when pytest's own walk did not reach it (a hidden ``.ralph/`` folder,
-    outside ``testpaths``); deselect stories not named by ``--ralph-story``."""
+    outside ``testpaths``) and ``--ignore``, ``--ignore-glob`` or a ``conftest.py``'s
+    ``collect_ignore`` do not exclude it; deselect stories not named by ``--ralph-story``."""
     from .hookimpls import check_hook_names
 
     check_hook_names(config.pluginmanager)
     prd = config.stash.get(DISCOVERED_PRD, None)
-    if prd is not None and prd not in config.stash.get(COLLECTED_PRDS, set()):
+    if prd is not None and prd not in config.stash.get(COLLECTED_PRDS, set()) and not \
+            _ignored(config, prd):
         node = PRDFile.from_parent(session, path=prd)
         items.extend(session.genitems(node))
     stories = get_settings(config).story
@@ -745,6 +750,20 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def _ignored(config: pytest.Config, path: Path) -> bool:
+    """Whether the user excluded ``path`` from collection: ``pytest_ignore_collect`` says so
+    for the file (``--ignore``, ``--ignore-glob``, ``collect_ignore``, another plugin), or
+    ``--ignore`` / ``--ignore-glob`` name one of its folders. ``norecursedirs`` alone does not
+    count: a PRD in ``.ralph/`` is collected although pytest does not walk hidden folders."""
+    if config.hook.pytest_ignore_collect(collection_path=path, config=config):
+        return True
+    here = config.invocation_params.dir
+    paths = {(here / p).resolve() for p in config.getoption("ignore", None) or []}
+    globs = [str(here / g) for g in config.getoption("ignore_glob", None) or []]
+    return any(folder in paths or any(fnmatch.fnmatch(str(folder), g) for g in globs)
+               for folder in path.parents)
 
 
 def _props(report: pytest.TestReport) -> dict[str, Any]:

@@ -22,8 +22,18 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .canonical import CHECK_FIELDS, FastRules, fast_normalize, misspelt, regex_problem
+from .canonical import (
+    CHECK_FIELDS,
+    STORY_VOCABULARY,
+    TOP_VOCABULARY,
+    FastRules,
+    fast_normalize,
+    misspelt,
+    regex_problem,
+)
 from .dialects import (
+    CRITERIA_KEYS,
+    STORY_CONTAINERS,
     DialectError,
     Normalized,
     Origin,
@@ -238,12 +248,13 @@ def load_prd(path: Path | str, *, max_bytes: int = MAX_PRD_BYTES) -> PRD:
     try:
         normalized = normalize(data)
     except DialectError as exc:
-        problems += [Problem(jp, message, *positions.at(jp), hint=_dialect_hint(message))
+        problems += [Problem(jp, message, *positions.at(jp), hint=_dialect_hint(message, data))
                      for jp, message in exc.problems]
         raise PRDError(path, _sorted(problems)) from None
     where = _Locator(positions, normalized.origins, data)
     problems += _schema_problems(normalized.data, where)
     problems += _duplicate_id_problems(normalized.data, where)
+    problems += _misspelt_key_problems(data, normalized.data, where)
     if not problems:
         return _build(path, fmt, normalized, where)
     raise PRDError(path, _sorted(problems))
@@ -259,10 +270,16 @@ def _sorted(problems: list[Problem]) -> list[Problem]:
                                          "fix these and load the file again")]
 
 
-def _dialect_hint(message: str) -> str:
+def _dialect_hint(message: str, data: object = None) -> str:
+    """The hint for a dialect error; for a file without stories, the misspelt key that
+    ``data`` holds them under (``"user_stories"``: did you mean ``'userStories'``?)."""
     if message.startswith("expected an object with stories") and message.endswith("found null"):
         return "the file is empty (or holds only comments)"
     if message.startswith("no stories found"):
+        near = [k for k in data if isinstance(k, str)
+                and misspelt(k, TOP_VOCABULARY) == "userStories"] if isinstance(data, dict) else []
+        if near:
+            return f"did you mean 'userStories' instead of {near[0]!r}?"
         return ('a PRD is {"userStories": [{"id": "US-1", "title": "...", '
                 '"acceptanceCriteria": ["..."]}]}')
     return ""
@@ -965,7 +982,10 @@ def _criterion_problems(err: jsonschema.ValidationError, where: _Locator) -> lis
     if isinstance(inst, dict):
         msg = (f"expected a criterion: a string, or an object with one check key ({known}) or "
                f"with the 'kind' of a plugin's check; found {_describe(inst)}")
-        hint = "write the criterion as text, or add a check key such as 'run'"
+        near = next(((k, n) for k in inst if isinstance(k, str)
+                     for n in [misspelt(k, _CHECK_KEYS, 0.6)] if n), None)
+        hint = (f"did you mean {near[1]!r} instead of {near[0]!r}?" if near else
+                "write the criterion as text, or add a check key such as 'run'")
     else:
         msg = (f"expected a criterion: a non-empty string, or an object with one check key "
                f"({known}); found {_describe(inst)}")
@@ -1063,6 +1083,34 @@ def _text_problems(story: dict[str, Any], sp: tuple[str | int, ...],
         jp, line, col = where.at((*sp, "title"))
         problems.append(Problem(jp, f"expected a title with text; found {json.dumps(title)}",
                                 line, col))
+    return problems
+
+
+def _misspelt_key_problems(raw: dict[str, Any], data: dict[str, Any],
+                           where: _Locator) -> list[Problem]:
+    """Keys of the top level (``raw``, as written) and of each story (in the normalized
+    ``data``) that look like misspellings of a canonical key (``userStory``,
+    ``acceptanceCriterias``, ``prority``, ``passed``) and would otherwise be ignored: a story
+    whose criteria are under a misspelt key would get its title as its only criterion. Keys
+    a dialect reads (``status``, ``steps``...), and keys next to the one they look like, are
+    left alone."""
+    problems: list[Problem] = []
+    places: list[tuple[tuple[str | int, ...], Any, str, tuple[str, ...]]] = [
+        ((), raw, "at the top level", TOP_VOCABULARY)]
+    places += [(("userStories", pos), where.raw(("userStories", pos)), "in a story",
+                STORY_VOCABULARY) for pos in range(len(data["userStories"]))]
+    skip = {*STORY_CONTAINERS, "phases", "projectName", "name", *CRITERIA_KEYS, "status"}
+    for parts, obj, what, known in places:
+        if not isinstance(obj, dict):
+            continue
+        for key in obj:
+            near = misspelt(key, known) if isinstance(key, str) and key not in skip else None
+            if near is None or near in obj:
+                continue
+            jp, line, col = where.at((*parts, key))
+            expected = ", ".join(repr(k) for k in known)
+            problems.append(Problem(jp, f"unknown key {key!r} {what}; expected the keys "
+                                    f"{expected}", line, col, hint=f"did you mean {near!r}?"))
     return problems
 
 

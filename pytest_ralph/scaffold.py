@@ -37,7 +37,7 @@ import tomlkit
 from tomlkit.exceptions import ParseError
 from tomlkit.items import Comment, Table, Whitespace
 
-from .prd import discover_prd
+from .prd import PRDError, discover_prd, load_prd
 from .settings import SPEC_BY_NAME, Settings
 
 #: The file :func:`scaffold` writes when the project has no PRD.
@@ -495,15 +495,26 @@ def _describe_criterion(criterion: Mapping[str, Any]) -> str:
 # -- settings --------------------------------------------------------------------------------
 
 
-def init_keys(settings: Settings) -> list[tuple[str, str]]:
+def init_keys(settings: Settings, rootdir: Path | None = None) -> list[tuple[str, str]]:
     """The ini keys ``--ralph-init`` adds, as ``(key, value)`` text: ``ralph_max_iterations``
-    (the effective value: the default 5 unless given), and ``ralph_agent`` when
-    ``--ralph-agent`` was given on the command line."""
+    (the effective value: the default 5 unless given), ``ralph_agent`` when
+    ``--ralph-agent`` was given on the command line, and ``ralph_prd`` (relative to
+    ``rootdir``, with ``/``) when ``--ralph-prd`` named a PRD other than ``prd.json`` in the
+    rootdir, so that the loop and the gate find the PRD it creates without the option."""
     keys = [(SPEC_BY_NAME["max_iterations"].ini, str(settings.max_iterations))]
     agent = SPEC_BY_NAME["agent"]
     if settings.agent and settings.sources.get("agent") == agent.cli \
             and "\n" not in settings.agent and "\r" not in settings.agent:
         keys.append((agent.ini, settings.agent))
+    prd = SPEC_BY_NAME["prd"]
+    if settings.prd is not None and rootdir is not None \
+            and settings.sources.get("prd") == prd.cli \
+            and settings.prd.resolve() != (rootdir / "prd.json").resolve():
+        where = settings.prd.resolve()
+        root = rootdir.resolve()
+        shown = where.relative_to(root).as_posix() if where.is_relative_to(root) else str(where)
+        if "\n" not in shown and "\r" not in shown:
+            keys.append((prd.ini, shown))
     return keys
 
 
@@ -683,7 +694,7 @@ def _ignored(lines: Sequence[str], entry: str) -> bool:
 
 
 def plan(rootdir: Path, *, config: Path | None, state_dir: Path, prd: Path | None,
-         keys: Sequence[tuple[str, str]]) -> Plan:
+         keys: Sequence[tuple[str, str]], ignores: Sequence[tuple[str, str]] = ()) -> Plan:
     """Work out what :func:`scaffold` would write, writing nothing.
 
     Args:
@@ -695,6 +706,8 @@ def plan(rootdir: Path, *, config: Path | None, state_dir: Path, prd: Path | Non
         prd: the configured PRD, or ``None`` to look for one with
             :func:`pytest_ralph.prd.discover_prd`.
         keys: the ini keys to add, ``(key, value)`` text (see :func:`init_keys`).
+        ignores: more ``.gitignore`` entries, ``(pattern, what it is)``, after the state
+            folder's (``--ralph-driver claude``: the arming file).
 
     Raises:
         ScaffoldError: a file is malformed or cannot be edited safely.
@@ -712,6 +725,17 @@ def plan(rootdir: Path, *, config: Path | None, state_dir: Path, prd: Path | Non
     if existing is not None:
         out.changes.append(Change("skipped", out.prd,
                                   "a PRD is already there (the loop uses it)"))
+        try:
+            load_prd(existing)
+        except PRDError as exc:
+            first = exc.problems[0] if exc.problems else None
+            what = f"{first.json_path}: {first.message}" if first is not None else str(exc)
+            n = len(exc.problems)
+            out.notes.append(f"{out.prd} does not load ({n} problem{'s' if n != 1 else ''}; "
+                             f"the first: {what}); fix it before the gate or the loop: "
+                             f"`pytest {out.prd}` lists every problem")
+        except OSError as exc:
+            out.notes.append(f"{out.prd} cannot be read: {exc.strerror or exc}")
     else:
         data = example_prd(project)
         criteria = data["userStories"][0]["acceptanceCriteria"]
@@ -751,24 +775,27 @@ def plan(rootdir: Path, *, config: Path | None, state_dir: Path, prd: Path | Non
                                   detail + (f" ({already})" if already else "")))
 
     entry = _gitignore_entry(state_dir, rootdir)
+    wanted = [*([(entry, "the state folder")] if entry is not None else []), *ignores]
     ignore = rootdir / ".gitignore"
     if entry is None:
         out.changes.append(Change("skipped", ".gitignore", f"the state folder {state_dir} is "
                                   "outside the rootdir"))
-    elif not ignore.exists():
-        out.writes[ignore] = (None, entry + "\n")
-        out.changes.append(Change("created", ".gitignore", f"ignores {entry} (the state "
-                                  "folder)"))
-    else:
-        old = _read(ignore)
-        if _ignored(old.text.splitlines(), entry):
-            out.changes.append(Change("skipped", ".gitignore", f"{entry} is already ignored"))
-        else:
-            sep = "" if not old.text or old.text.endswith(("\n", "\r")) else old.newline
-            out.writes[ignore] = (old.with_bom(old.text),
-                                  old.with_bom(old.text + sep + entry + old.newline))
-            out.changes.append(Change("updated", ".gitignore", f"added {entry} (the state "
-                                      "folder)"))
+    old = _read(ignore) if ignore.exists() else None
+    present = old.text.splitlines() if old is not None else []
+    new_entries = [(e, what) for e, what in wanted if not _ignored(present, e)]
+    shown = ", ".join(f"{e} ({what})" for e, what in new_entries)
+    if old is None and new_entries:
+        out.writes[ignore] = (None, "".join(e + "\n" for e, _ in new_entries))
+        out.changes.append(Change("created", ".gitignore", f"ignores {shown}"))
+    elif old is not None and new_entries:
+        sep = "" if not old.text or old.text.endswith(("\n", "\r")) else old.newline
+        appended = "".join(e + old.newline for e, _ in new_entries)
+        out.writes[ignore] = (old.with_bom(old.text), old.with_bom(old.text + sep + appended))
+        out.changes.append(Change("updated", ".gitignore", f"added {shown}"))
+    elif wanted:
+        out.changes.append(Change("skipped", ".gitignore",
+                                  f"{', '.join(e for e, _ in wanted)} "
+                                  f"{'is' if len(wanted) == 1 else 'are'} already ignored"))
     return out
 
 
@@ -805,7 +832,8 @@ def _write(path: Path, before: str | None, text: str) -> None:
 
 
 def scaffold(rootdir: Path, *, config: Path | None, state_dir: Path, prd: Path | None = None,
-             keys: Sequence[tuple[str, str]] = ()) -> Plan:
+             keys: Sequence[tuple[str, str]] = (),
+             ignores: Sequence[tuple[str, str]] = ()) -> Plan:
     """Scaffold the project at ``rootdir`` (see the module docstring): :func:`plan`, then
     write. Never overwrites a file or a value; a second run writes nothing.
 
@@ -818,19 +846,25 @@ def scaffold(rootdir: Path, *, config: Path | None, state_dir: Path, prd: Path |
         ScaffoldError: a file is malformed or cannot be edited safely (nothing was written),
             or a write failed.
     """
-    done = plan(rootdir, config=config, state_dir=state_dir, prd=prd, keys=keys)
+    done = plan(rootdir, config=config, state_dir=state_dir, prd=prd, keys=keys,
+                ignores=ignores)
     for path, (before, text) in done.writes.items():
         _write(path, before, text)
     return done
 
 
-def render(done: Plan, rootdir: Path) -> str:
+def render(done: Plan, rootdir: Path, *, driver: str | None = None) -> str:
     """The text ``--ralph-init`` prints: a heading, one line per file, the notes, and what to
-    do next (or that nothing needed doing)."""
+    do next (or that nothing needed doing); with ``driver="claude"`` the next step is the
+    Claude Code session the arming text that follows describes, not ``pytest --ralph``."""
     lines = [f"pytest-ralph: --ralph-init in {rootdir}"]
     lines += [f"  {change.line()}" for change in done.changes]
     lines += [f"  note: {note}" for note in done.notes]
-    if done.writes:
+    if done.writes and driver == "claude":
+        lines.append(f"next: describe your work in {done.prd}, check it with `pytest "
+                     f"{done.prd}` (the gate: one test per criterion), then start Claude Code "
+                     "in this folder (below)")
+    elif done.writes:
         lines.append(f"next: describe your work in {done.prd}, check it with `pytest "
                      f"{done.prd}` (the gate: one test per criterion), then run the loop: "
                      "`pytest --ralph --ralph-agent claude` (or another agent)")

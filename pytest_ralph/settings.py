@@ -327,8 +327,11 @@ def _convert(spec: Spec, raw: Any, source: str, base: Path) -> Any:
             pairs[fold_text(text)] = command.strip()
         return tuple(pairs.items())
     if spec.kind == "list":
-        items = raw if isinstance(raw, (list, tuple)) else str(raw).replace(",", " ").split()
-        out = tuple(dict.fromkeys(str(i).strip() for i in items if str(i).strip()))
+        # commas or whitespace separate ids, from every source alike (an ini list's lines
+        # too: `ralph_story = US-1,US-2` is two stories, as PYTEST_RALPH_STORY=US-1,US-2 is)
+        items = [part for item in (raw if isinstance(raw, (list, tuple)) else [raw])
+                 for part in str(item).replace(",", " ").split()]
+        out = tuple(dict.fromkeys(items))
         if not out:
             raise bad("one or more story ids")
         return out

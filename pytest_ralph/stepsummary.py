@@ -211,9 +211,15 @@ def render_gate(rows: Sequence[Row], *, exit_code: int, prds: Iterable[str] = ()
     rows = _redacted(rows, r)
     shown = ", ".join(escape(p) for p in prds) or "none collected"
     verdict = "passed" if exit_code == 0 else "failed"
+    meaning = GATE_EXIT.get(exit_code, "see the exit codes")
+    unclaimed = sum(row.status == "unclaimed" for row in rows)
+    if exit_code == 0 and unclaimed:  # --ralph-gate=claims: passed, but not all pass
+        meaning = ("every story that claims to be done passes (--ralph-gate=claims); "
+                   f"{_plural(unclaimed, 'criterion', 'criteria')} of stories not claimed "
+                   f"done {'fails' if unclaimed == 1 else 'fail'} (work in progress)")
     out = [f"### pytest-ralph gate: {verdict}", "",
            f"- PRD: {shown}",
-           f"- Outcome: **exit {exit_code}**: {GATE_EXIT.get(exit_code, 'see the exit codes')}",
+           f"- Outcome: **exit {exit_code}**: {meaning}",
            f"- Criteria: {_totals(rows)}", ""]
     if errors or notes:
         out += [*(f"- {escape(r(line), 400)}" for line in [*errors, *notes]), ""]

@@ -4,8 +4,8 @@ This module runs on every reply Claude gives (``python -m pytest_ralph.hook``), 
 only the standard library and never raises on bad input: every oddity seen in real payloads
 becomes a readable entry of :attr:`StopPayload.problems` (meant for stderr).
 
-Formats follow the Claude Code hooks reference (2025-08 and 2026-08 editions, summarized in the
-project's ``HOOKS.md``):
+Formats follow the Claude Code hooks reference (2025-08 and 2026-08 editions; what the hook
+reads and answers is summarized in ``docs/claude-code.md``, "Each Stop"):
 
 Input
     One JSON object on stdin. Recent versions send ``session_id``, ``transcript_path``,

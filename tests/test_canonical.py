@@ -468,3 +468,37 @@ def test_yaml_aliases_shared_across_extras_or_pytest_lists_take_the_full_path(
         assert not _fast(path), name
         with pytest.raises(PRDError, match="alias bomb"):
             load_prd(path)
+
+
+@pytest.mark.parametrize(("where", "key", "near"), [
+    ("story", "acceptanceCriterias", "acceptanceCriteria"), ("story", "prority", "priority"),
+    ("story", "passed", "passes"), ("story", "Title", "title"),
+    ("top", "branch_name", "branchName"), ("top", "user_stories", "userStories")])
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_a_misspelt_story_or_top_level_key_is_refused(tmp_path: Path, fmt: str, where: str,
+                                                      key: str, near: str) -> None:
+    """A story's criteria under a misspelt key were dropped (the story's title stood in, a
+    claimed text criterion); a misspelt ``passed`` was no claim at all: refused, with the
+    key it looks like, on both paths. Keys of one's own (``owner``) and dialect keys stay."""
+    data = copy.deepcopy(BASE)
+    target = data["userStories"][0] if where == "story" else data
+    if near in ("acceptanceCriteria", "userStories", "title"):
+        target[key] = target.pop(near)
+    else:
+        target[key] = target.pop(near, "x")
+    with pytest.raises(PRDError) as info:
+        load_prd(_write(tmp_path, data, fmt))
+    if near == "userStories":  # no stories then: the file's one problem says where they are
+        assert f"hint: did you mean 'userStories' instead of {key!r}?" in str(info.value)
+        return
+    shown = "in a story" if where == "story" else "at the top level"
+    assert f"unknown key {key!r} {shown}; expected the keys" in str(info.value)
+    assert f"hint: did you mean {near!r}?" in str(info.value)
+
+
+def test_keys_of_ones_own_on_stories_are_kept(tmp_path: Path) -> None:
+    data = copy.deepcopy(BASE)
+    data["userStories"][0].update(owner="ann", dependsOn=["US-2"])
+    data["sprint"] = 4
+    assert load_prd(_write(tmp_path, data, "json")).stories[0].id == \
+        data["userStories"][0]["id"]

@@ -84,7 +84,7 @@ PYTHON_CASES: list[tuple[str, str]] = [
     ("checks:loud", "`checks:loud()` raised ValueError: no login page; expected it to return "
                     "without raising"),
     ("checks:fake_record", "`checks:fake_record()` ended the process (exit 0) before returning"),
-    ("checks:VALUE", "`checks:VALUE` is a int; expected a function"),
+    ("checks:VALUE", "`checks:VALUE` is an int; expected a function"),
     ("exits_on_import:ok", "cannot import `exits_on_import:ok`: the process ended (exit 0) "
                            "before the import finished; expected a function to call"),
 ]

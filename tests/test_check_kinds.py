@@ -129,6 +129,7 @@ def test_each_kind_passes_and_fails_as_it_should(pytester: pytest.Pytester, kind
                                              "expected a number"),
     ({"sql": "SELECT 1", "db": "a.db"}, "missing required key 'expect'"),
     ({"schema": "s.json"}, "missing required key 'instance'"),
+    ({"fiel": "x"}, "hint: did you mean 'file' instead of 'fiel'?"),
     ({"python": "not a target"}, "$.userStories[0].acceptanceCriteria[0].python: expected "
                                  "'module:function'"),
 ])

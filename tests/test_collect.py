@@ -186,6 +186,25 @@ def test_discovered_prd_is_not_added_when_paths_are_given(pytester: pytest.Pytes
     result.assert_outcomes(passed=1)
 
 
+
+@pytest.mark.parametrize(("where", "ignore"), [
+    ("prd.json", "--ignore=prd.json"), (".ralph/prd.json", "--ignore=.ralph"),
+    ("prd.json", "--ignore-glob=*.json"), ("prd.json", "conftest")])
+def test_ignore_keeps_a_bare_pytest_to_the_tests(pytester: pytest.Pytester, write_prd: Writer,
+                                                 where: str, ignore: str) -> None:
+    """``--ignore``, ``--ignore-glob`` and ``collect_ignore`` exclude the discovered PRD from a
+    bare ``pytest`` (a broken PRD then no longer stops the unit tests); named on the command
+    line, the PRD is still the gate, as pytest does for any ignored path named there."""
+    write_prd(story("US-1", {"text": "ok", "run": "true"}), name=where)
+    pytester.makepyfile(test_a="def test_a(): pass")
+    if ignore == "conftest":
+        pytester.makeconftest(f"collect_ignore = [{where!r}]")
+    else:
+        pytester.makeini(f"[pytest]\naddopts = {ignore}\n")
+    pytester.runpytest().assert_outcomes(passed=1)
+    named = pytester.runpytest(where, "--collect-only", "-q")
+    named.stdout.fnmatch_lines([f"{where}::US-1::AC1"])
+
 def test_ralph_prd_names_a_file_with_any_name(pytester: pytest.Pytester,
                                               write_prd: Writer) -> None:
     write_prd(story("US-1", {"text": "ok", "run": "true"}), name="plans/sprint-4.json")

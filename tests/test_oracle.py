@@ -581,6 +581,21 @@ def test_apply_fails_the_touched_criteria_only() -> None:
     assert not a2.passed and a2.message.endswith("the check itself also failed:\nexit 1")
     assert b1 == results.criteria[2]
     assert not out.complete
+    assert "delete the files added" not in a1.message  # git checkout restores an edit
+
+
+@pytest.mark.parametrize("change", [
+    Change("folder tests/ (files)", "changed", ("US-1::AC1",), "added tests/test_more.py"),
+    Change("file conftest.py", "added", ("US-1::AC1",))])
+def test_apply_says_to_delete_what_was_added(change: Change) -> None:
+    """``git checkout`` cannot restore an added file: the message says to delete it (an
+    honest agent adding a regression test to a guarded folder learns why it fails)."""
+    results = CheckResults((CriterionResult("p::US-1::AC1", "US-1", "AC1", "a", "pytest",
+                                            "passed"),))
+    (out,) = apply(results, [change]).criteria
+    assert "; expected the checks that judge this criterion to stay as they were: delete the " \
+           "files added there (a guarded folder takes no new file, not even a new test); " \
+           "restore it" in out.message
 
 
 # -- the loop: tampering never ends in exit 0 ----------------------------------------------------

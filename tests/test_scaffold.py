@@ -477,6 +477,26 @@ def test_init_keys(tmp_path: Path) -> None:
     # an agent from the environment is this shell's, not the project's
     assert sc.init_keys(settings({}, {"PYTEST_RALPH_AGENT": "codex"})) == [
         ("ralph_max_iterations", "5")]
+    # a PRD named on the command line goes in the settings, unless discovery finds it anyway
+    assert sc.init_keys(settings({"prd": "docs/prd.json"}, {}), tmp_path) == [
+        ("ralph_max_iterations", "5"), ("ralph_prd", "docs/prd.json")]
+    assert sc.init_keys(settings({"prd": "prd.json"}, {}), tmp_path) == [
+        ("ralph_max_iterations", "5")]
+    assert sc.init_keys(settings({}, {"PYTEST_RALPH_PRD": "a/prd.json"}), tmp_path) == [
+        ("ralph_max_iterations", "5")]
+
+
+def test_init_with_ralph_prd_makes_a_prd_the_loop_finds(pytester: pytest.Pytester) -> None:
+    write(pytester.path, {"calc.py": FIXED_CALC, "tests/test_calc.py": TEST_CALC,
+                          "conftest.py": ""})
+    result = pytester.runpytest("--ralph-init", "--ralph-prd", "plans/prd.json")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["  created plans/prd.json: *",
+                                 "  created pytest.ini: added ralph_max_iterations, ralph_prd *"])
+    assert "ralph_prd = plans/prd.json" in (pytester.path / "pytest.ini").read_text()
+    dry = pytester.runpytest_subprocess("--ralph-dry-run", "--ralph-agent", "true")
+    assert dry.ret == 0, dry.stdout.str() + dry.stderr.str()
+    assert "plans/prd.json" in dry.stdout.str()
 
 
 # -- the command -------------------------------------------------------------------------------
@@ -631,3 +651,35 @@ def test_init_then_the_loop_then_the_gate(tmp_path: Path) -> None:
     assert json.loads((project / "prd.json").read_text())["userStories"][0]["passes"] is True
     assert _pytest(project, "--ralph-init").stdout.rstrip().endswith(
         "nothing to do: every file and value is already there")
+
+
+def test_more_gitignore_entries_and_the_claude_next_step(tmp_path: Path) -> None:
+    """With ``--ralph-driver claude`` the arming file is ignored too, in the same edit, and
+    the next step is the Claude Code session, not ``pytest --ralph`` (refused while armed)."""
+    (tmp_path / ".gitignore").write_text("*.pyc", encoding="utf-8")
+    arming = [(".claude/pytest-ralph.local.json", "the Claude Code arming file")]
+    done = sc.scaffold(tmp_path, config=None, state_dir=tmp_path / ".pytest_ralph",
+                       keys=KEYS, ignores=arming)
+    assert (tmp_path / ".gitignore").read_text(encoding="utf-8") == \
+        "*.pyc\n.pytest_ralph/\n.claude/pytest-ralph.local.json\n"
+    assert "  updated .gitignore: added .pytest_ralph/ (the state folder), " \
+           ".claude/pytest-ralph.local.json (the Claude Code arming file)" in \
+           sc.render(done, tmp_path, driver="claude").splitlines()
+    assert "then start Claude Code in this folder (below)" in sc.render(done, tmp_path,
+                                                                       driver="claude")
+    assert "pytest --ralph --ralph-agent" in sc.render(done, tmp_path)
+    again = sc.scaffold(tmp_path, config=None, state_dir=tmp_path / ".pytest_ralph",
+                        keys=KEYS, ignores=arming)
+    assert "  skipped .gitignore: .pytest_ralph/, .claude/pytest-ralph.local.json are already " \
+           "ignored" in sc.render(again, tmp_path).splitlines()
+
+
+def test_an_existing_prd_that_does_not_load_is_kept_and_noted(tmp_path: Path) -> None:
+    bad = '{"userStories": [{"id": "US-1", "passes": "yes"}]'  # truncated
+    write(tmp_path, {"prd.json": bad})
+    done = run(tmp_path)
+    assert (tmp_path / "prd.json").read_text(encoding="utf-8") == bad
+    (note,) = [n for n in done.notes if "does not load" in n]
+    assert note.startswith("prd.json does not load (1 problem; the first: ")
+    assert note.endswith("fix it before the gate or the loop: `pytest prd.json` lists every "
+                         "problem")

@@ -159,6 +159,9 @@ def test_list_splits_on_commas_and_blanks_and_drops_repeats(dirs: tuple[Path, Pa
     assert s.story == ("US-2", "US-1", "US-3")
     s = _resolve(dirs, cli={"story": ["US-1", " US-1 ", "US-4"]})
     assert s.story == ("US-1", "US-4")
+    # an ini list (pytest gives its lines) splits on commas too, as the environment does
+    s = _resolve(dirs, ini={"ralph_story": ["US-1,US-2", "US-3"]})
+    assert s.story == ("US-1", "US-2", "US-3")
 
 
 def test_str_is_stripped(dirs: tuple[Path, Path]) -> None:

@@ -151,7 +151,8 @@ def test_the_gate_appends_its_summary(pytester: pytest.Pytester, summary: Path,
     parts = sections(text, GATE_HEAD)
     assert len(parts) == 2
     assert parts[1].startswith("### pytest-ralph gate: passed\n")
-    assert "- Outcome: **exit 0**: every selected criterion passes" in parts[1]
+    assert "- Outcome: **exit 0**: every story that claims to be done passes " \
+           "(--ralph-gate=claims); 1 criterion of stories not claimed done fails" in parts[1]
     assert "Failing criteria" not in parts[1]
 
 
@@ -358,12 +359,45 @@ def test_the_template_installs_pytest_ralph_from_a_source_the_user_names() -> No
     ``RALPH_PIP_SPEC``, whose comment says so and shows a git URL, and skips it when empty."""
     text = TEMPLATE.read_text(encoding="utf-8")
     (job,) = load_template()["jobs"].values()
-    assert "RALPH_PIP_SPEC" in job["env"]
+    assert job["env"]["RALPH_PIP_SPEC"] == ""
     (install,) = [s["run"] for s in job["steps"] if "pip install" in s.get("run", "")]
     assert 'if [ -n "$RALPH_PIP_SPEC" ]; then python -m pip install "$RALPH_PIP_SPEC"; fi' \
         in install
     assert "pip install pytest-ralph" not in install
     assert "not on PyPI yet" in text and "git+https://" in text
+
+
+@pytest.mark.parametrize("installed", [True, False], ids=["installed", "missing"])
+def test_the_install_step_stops_with_an_error_when_pytest_ralph_is_missing(
+        tmp_path: Path, installed: bool) -> None:
+    """The install step, run by bash with pip replaced by a stub that records its arguments:
+    a settings-only pyproject.toml is not installed, and without pytest-ralph the step fails
+    with a GitHub error annotation that says what to set."""
+    if shutil.which("bash") is None:
+        pytest.skip("needs bash")
+    (job,) = load_template()["jobs"].values()
+    (install,) = [s["run"] for s in job["steps"] if "pip install" in s.get("run", "")]
+    (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python"
+    real = sys.executable if installed else "/nonexistent"
+    python.write_text("#!/bin/sh\n"
+                      'if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then echo "pip $*" >> pip.log; '
+                      "exit 0; fi\n"
+                      f'if [ -x "{real}" ]; then exec "{real}" "$@"; fi\nexit 1\n')
+    python.chmod(0o755)
+    env = {**os.environ, **{str(k): str(v) for k, v in job["env"].items()},
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run(["bash", "-e", "-c", install], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    log = (tmp_path / "pip.log").read_text()
+    assert "install -e ." not in log  # settings only: not a package
+    if installed:
+        assert done.returncode == 0, done.stdout + done.stderr
+    else:
+        assert done.returncode == 1
+        assert "::error::pytest-ralph is not installed: set RALPH_PIP_SPEC" in done.stdout
 
 
 @pytest.mark.parametrize("done", [False, True], ids=["failing", "passing"])
@@ -428,3 +462,16 @@ def test_the_summary_shown_in_docs_ci_is_what_the_gate_writes(tmp_path: Path) ->
     assert summary.read_text(encoding="utf-8").rstrip("\n") == shown.rstrip("\n")
     report = tmp_path / "ralph-gate" / "report.md"
     assert report.read_text(encoding="utf-8").rstrip("\n") == shown.rstrip("\n")
+
+
+def test_a_claims_gate_that_passes_says_what_still_fails() -> None:
+    """Under ``--ralph-gate=claims`` a project whose stories are all in progress passes the
+    gate: the outcome says so instead of "every selected criterion passes"."""
+    rows = [stepsummary.Row("US-1", "AC1", "tests pass", "unclaimed", "1 failed"),
+            stepsummary.Row("US-2", "AC1", "docs", "verified")]
+    text = stepsummary.render_gate(rows, exit_code=0)
+    assert "- Outcome: **exit 0**: every story that claims to be done passes " \
+           "(--ralph-gate=claims); 1 criterion of stories not claimed done fails (work in " \
+           "progress)" in text
+    assert "every selected criterion passes" not in text
+    assert "every selected criterion passes" in stepsummary.render_gate(rows[1:], exit_code=0)
