@@ -750,6 +750,15 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    found = {item.story.id for item in [*keep, *drop] if isinstance(item, CriterionItem)}
+    unknown = [s for s in stories if s not in found]
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if found and unknown and reporter is not None and not hasattr(config, "workerinput"):
+        source = get_settings(config).sources.get("story", "--ralph-story")
+        reporter.write_line(
+            f"pytest-ralph: no story {', '.join(map(repr, unknown))} in the collected PRDs "
+            f"(from {source}); their stories: {', '.join(sorted(found)[:10])}"
+            f"{', ...' if len(found) > 10 else ''}", yellow=True)
 
 
 def _ignored(config: pytest.Config, path: Path) -> bool:

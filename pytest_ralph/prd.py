@@ -899,6 +899,9 @@ CHECK_KEYS: dict[str, tuple[str, int]] = {
 }
 _CHECK_KEYS = tuple(CHECK_KEYS)
 
+#: Every key a built-in check object may hold: not a misspelling of a check key.
+_FIELD_KEYS = frozenset(["id", "text", "kind", *(f for fs in CHECK_FIELDS.values() for f in fs)])
+
 
 def _schema_problems(data: dict[str, Any], where: _Locator) -> list[Problem]:
     """Schema problems of the normalized ``data``, each placed where it is in the file."""
@@ -982,8 +985,8 @@ def _criterion_problems(err: jsonschema.ValidationError, where: _Locator) -> lis
     if isinstance(inst, dict):
         msg = (f"expected a criterion: a string, or an object with one check key ({known}) or "
                f"with the 'kind' of a plugin's check; found {_describe(inst)}")
-        near = next(((k, n) for k in inst if isinstance(k, str)
-                     for n in [misspelt(k, _CHECK_KEYS, 0.6)] if n), None)
+        near = next(((k, n) for k in inst if isinstance(k, str) and k not in _FIELD_KEYS
+                     for n in [misspelt(k, _CHECK_KEYS, 0.7)] if n), None)
         hint = (f"did you mean {near[1]!r} instead of {near[0]!r}?" if near else
                 "write the criterion as text, or add a check key such as 'run'")
     else:

@@ -348,3 +348,14 @@ def test_few_failing_criteria_keep_pytest_failure_sections(pytester: pytest.Pyte
     result.assert_outcomes(failed=3)
     assert "one line each" not in result.stdout.str()
     result.stdout.fnmatch_lines(["*_ US-1::AC1: missing-0.txt exists _*"])
+
+
+def test_ralph_story_naming_no_story_says_so(pytester: pytest.Pytester, write_prd: Writer) -> None:
+    """The loop names a missing story; the gate used to say only "1 deselected"."""
+    write_prd(story("US-1", {"text": "ok", "run": "true"}))
+    result = pytester.runpytest("prd.json", "--ralph-story", "US-9", "--ralph-story", "US-1")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["pytest-ralph: no story 'US-9' in the collected PRDs (from "
+                                 "--ralph-story); their stories: US-1"])
+    quiet = pytester.runpytest("prd.json", "--ralph-story", "US-1")
+    assert "no story" not in quiet.stdout.str()
