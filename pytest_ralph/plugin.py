@@ -412,6 +412,12 @@ def _refuse_with_command(config: pytest.Config, flag: str) -> None:
             raise pytest.UsageError(
                 f"pytest-ralph: {name} cannot be used with {flag}: it runs no test (run "
                 f"{flag} on its own, then pytest with {name.split('/')[0]})")
+    armed = flag == "--ralph-init" and config.getoption("ralph_driver") == "claude"
+    if getattr(typed, "ralph_story", None) and not armed:
+        raise pytest.UsageError(
+            f"pytest-ralph: --ralph-story cannot be used with {flag}: it chooses the stories "
+            "of a run (`pytest --ralph --ralph-story ID`, or `pytest --ralph-init "
+            "--ralph-driver claude --ralph-story ID`)")
     if getattr(config, "args_source", None) == pytest.Config.ArgsSource.ARGS:
         args = [a for a in config.args if a]
         if args:

@@ -331,6 +331,10 @@ COMMAND_REFUSALS = [
     ("--ralph-status", ("-m", "slow"), "-m cannot be used with --ralph-status"),
     ("--ralph-cancel", ("--collect-only",), "--collect-only cannot be used with --ralph-cancel"),
     ("--ralph-doctor", ("prd.json",), "--ralph-doctor takes no path argument*"),
+    ("--ralph-init", ("--ralph-story", "US-1"), "--ralph-story cannot be used with --ralph-init:"
+                                                " it chooses the stories of a run*"),
+    ("--ralph-status", ("--ralph-story", "US-1"), "--ralph-story cannot be used with "
+                                                  "--ralph-status*"),
 ]
 
 
