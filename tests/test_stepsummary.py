@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -475,3 +476,16 @@ def test_a_claims_gate_that_passes_says_what_still_fails() -> None:
            "progress)" in text
     assert "every selected criterion passes" not in text
     assert "every selected criterion passes" in stepsummary.render_gate(rows[1:], exit_code=0)
+
+
+def test_the_command_docs_ci_gives_prints_the_templates_path() -> None:
+    """``docs/ci.md`` tells how to find the installed template: that command, run as shown
+    (with this interpreter as ``python``), prints the path of a file equal to the template."""
+    lines = (DOCS / "ci.md").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("python -c ") and
+                 "template_path" in line)
+    argv = shlex.split(lines[start])
+    assert argv[0] == "python"
+    done = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True,
+                          check=True)
+    assert Path(done.stdout.strip()).read_bytes() == TEMPLATE.read_bytes()
