@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from .arming import CONTROLLER_ENV
+from .process import read_tail, run_streaming, supervised
 from .redact import Redactor
+from .sandbox import Confinement, Sandbox, wrap
 
 if TYPE_CHECKING:
     from .presets import OutputReader, Verdict
-from .process import read_tail, run_streaming
 
 #: Outcomes after which the agent is taken to have run properly (the breaker counts them).
 RAN_OUTCOMES = ("ok", "timeout")
@@ -255,8 +256,15 @@ def run_agent(
     env: Mapping[str, str] | None = None,
     reader: OutputReader | None = None,
     redactor: Redactor | None = None,
+    sandbox: Sandbox | None = None,
+    confinement: Confinement | None = None,
 ) -> AgentRun:
     """Write ``prompt`` to ``prompt_file``, then run the agent with the prompt on stdin.
+
+    The agent runs confined by ``sandbox`` with ``confinement`` when the sandbox confines
+    (:func:`pytest_ralph.sandbox.wrap`: its PID namespace ends every process it started);
+    otherwise under the :data:`pytest_ralph.process.SUPERVISOR` (Linux), which stops every
+    process the agent started when it ends, ``setsid`` or not.
 
     The agent's stdout and stderr are streamed into ``log_path`` while it runs (never held
     whole in memory); stdout lines also go to ``reader``, the CLI's structured-output
@@ -276,6 +284,8 @@ def run_agent(
             ``PYTEST_RALPH_CONTROLLER=1``).
         reader: the CLI's output reader, or ``None`` to classify by the exit code alone.
         redactor: replaces secret values in the log, or ``None``.
+        sandbox: the loop's sandbox, or ``None`` (unconfined).
+        confinement: what the agent may write when ``sandbox`` confines (required then).
 
     Raises:
         KeyboardInterrupt: after the agent's process group has been killed.
@@ -288,7 +298,17 @@ def run_agent(
     with log_path.open("w+b") as log:
         sink = _Output(log, reader, redactor)
         try:
-            finished = run_streaming(full, cwd=cwd, timeout=timeout,
+            if sandbox is not None and sandbox.confined:
+                if confinement is None:
+                    raise ValueError("run_agent: a confining sandbox needs a confinement")
+                exe = (os.path.join(cwd, full[0]) if os.sep in full[0] else
+                       shutil.which(full[0]))
+                if exe is None or not os.path.isfile(exe):
+                    raise FileNotFoundError(2, "No such file or directory", full[0])
+                run_argv = wrap(sandbox, [os.path.abspath(exe), *full[1:]], confinement)
+            else:
+                run_argv = supervised(full, cwd=cwd)
+            finished = run_streaming(run_argv, cwd=cwd, timeout=timeout,
                                      on_stdout=sink.stdout, on_stderr=sink.stderr,
                                      input=prompt.encode("utf-8"), env=run_env, watchdog=True)
         except (FileNotFoundError, PermissionError) as exc:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -24,9 +25,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from .process import Finished, read_tail, run_in_group
+from .bytecode import TrustedBytecode
+from .process import Finished, read_tail, run_in_group, supervised
 from .results import CheckResults, CriterionResult, read_results
+from .sandbox import Sandbox, check_confinement, wrap
 
 #: Set in the child's environment: the child checks, it never drives a loop.
 CHILD_ENV = "PYTEST_RALPH_CHILD"
@@ -63,6 +67,14 @@ sys.argv[:] = ["-c"]
 del _cwd, _other
 exec(_boot)
 """
+
+#: Set for a check phase whose imports the loop wants to know (the baseline): each process
+#: started by :data:`PYTEST_LAUNCHER` (the phase's child pytest, and each ``pytest``
+#: criterion's) appends one JSON line to the file it names when its session ends:
+#: ``{"path": [sys.path entries, absolute], "modules": {top-level name: file, or folder
+#: ending in "/" for a namespace package}, "sources": [every imported .py file]}``. The guard
+#: learns from it which modules a new file could shadow (:mod:`pytest_ralph.judges`).
+IMPORTS_ENV = "PYTEST_RALPH_IMPORTS"
 
 #: Source run by ``python -c`` instead of ``python -m pytest``, with the same arguments.
 #:
@@ -147,12 +159,43 @@ def _launch():
     sys.argv[0] = os.path.join(os.path.dirname(pytest.__file__), "__main__.py")
     code = pytest.main(plugins=[RootdirFirst()])
     sys.stdout.flush()
+    target = os.environ.get(IMPORTS_ENV)
+    if target:
+        try:
+            _report_imports(target)
+        except Exception:
+            pass
     return code
+
+
+def _report_imports(target):
+    import json
+    modules, sources = {}, []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and path.endswith(".py"):
+            sources.append(os.path.abspath(path))
+        if "." in name or module is None:
+            continue
+        if isinstance(path, str):
+            modules[name] = os.path.abspath(path)
+        else:
+            portions = list(getattr(module, "__path__", None) or ())
+            if portions and isinstance(portions[0], str):
+                modules[name] = os.path.join(os.path.abspath(portions[0]), "")
+    entries = [os.path.abspath(p or os.curdir) for p in sys.path if isinstance(p, str)]
+    line = json.dumps({"path": entries, "modules": modules, "sources": sources}) + "\\n"
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line.encode("utf-8", "surrogateescape"))
+    finally:
+        os.close(fd)
 """
 PYTEST_LAUNCHER += f"""
 
 WORKER_BOOT = {XDIST_WORKER_BOOT!r}
 WORKER_ENV = {WORKER_ROOTDIR_ENV!r}
+IMPORTS_ENV = {IMPORTS_ENV!r}
 
 sys.exit(_launch())
 """
@@ -286,6 +329,17 @@ class CheckPhaseConfig:
         workers: the pytest-xdist ``-n`` value (``"4"``, ``"auto"``, ``"0"`` for none), passed
             after the user's ``addopts`` so that it wins over an ``-n`` there; ``""``: no
             ``-n`` (the ``addopts`` decide).
+        sandbox: the loop's sandbox: a confining one runs the phase under bubblewrap
+            (:func:`pytest_ralph.sandbox.check_confinement`); otherwise the phase runs under
+            the supervisor (:func:`pytest_ralph.process.supervised`). ``None``: unconfined and
+            unsupervised (the gate's own checks).
+        state_dir: the loop's state folder (read-only to a confined phase).
+        judges: the files and folders that judge the agent's work (the PRD, the guarded
+            tests, conftest and configuration files), read-only to a confined phase.
+        bytecode: the loop's bytecode folder (:class:`pytest_ralph.bytecode.
+            TrustedBytecode`), made ready before the phase; it replaces ``pycache``.
+        report_imports: ask the phase's processes what they imported
+            (:data:`IMPORTS_ENV`; :attr:`pytest_ralph.results.CheckResults.imports`).
     """
 
     prd: Path
@@ -304,13 +358,25 @@ class CheckPhaseConfig:
     nodeids: tuple[str, ...] = ()
     pycache: Path | None = None
     workers: str = ""
+    sandbox: Sandbox | None = None
+    state_dir: Path | None = None
+    judges: tuple[Path, ...] = ()
+    bytecode: TrustedBytecode | None = None
+    report_imports: bool = False
 
-    def argv(self, results_path: Path, junit_path: Path | None = None) -> list[str]:
-        """The child pytest's argv (started by :func:`pytest_command`)."""
+    def argv(self, results_path: Path, junit_path: Path | None = None,
+             empty_ini: Path | None = None) -> list[str]:
+        """The child pytest's argv (started by :func:`pytest_command`).
+
+        The child is pinned to the project: ``--rootdir`` (the working directory, the
+        rootdir), ``-c`` (the controller's configuration file, or ``empty_ini`` when it had
+        none: a configuration file above the project can then not be picked up) and
+        ``--confcutdir`` (no ``conftest.py`` above the rootdir is loaded)."""
         argv = [*pytest_command(self.python), *(self.nodeids or [str(self.prd)]),
                 "--ralph-results", str(results_path),
                 # "." (the child runs in the rootdir): pytest expands $VARS in --rootdir.
-                "--rootdir", ".", "-p", "no:cacheprovider", "-q", "--no-header",
+                "--rootdir", ".", "--confcutdir", ".", "-p", "no:cacheprovider", "-q",
+                "--no-header",
                 # Whatever the user's addopts say: select by -k/-m only as asked, never stop
                 # early (-x), so that every criterion gets a verdict.
                 "-k", self.keyword, "-m", self.markexpr, "--maxfail=0"]
@@ -323,6 +389,8 @@ class CheckPhaseConfig:
             argv += ["-n", self.workers]
         if self.inifile is not None:
             argv += ["-c", str(self.inifile)]
+        elif empty_ini is not None:
+            argv += ["-c", str(empty_ini)]
         for story in self.stories:
             argv += ["--ralph-story", story]
         if self.strict:
@@ -355,7 +423,11 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
         (out_dir / name).unlink(missing_ok=True)
     env = dict(os.environ)
     env[CHILD_ENV] = "1"
-    if config.pycache is not None:
+    env.pop(IMPORTS_ENV, None)
+    folder = config.bytecode.folder if config.bytecode is not None else config.pycache
+    if config.bytecode is not None:
+        config.bytecode.ready()
+    elif config.pycache is not None:
         # The folder outlives the phase: bytecode of the project's own files must not, or the
         # agent could swap it between two checks (the installed packages' may stay).
         forget_project_bytecode(config.pycache, config.rootdir)
@@ -363,7 +435,7 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
     # The child writes its results and JUnit XML into a private folder (mode 0700) outside
     # the project, not into the state folder the agent can write to; copies are kept in
     # ``out_dir`` for people.
-    with (contextlib.nullcontext(str(config.pycache)) if config.pycache is not None else
+    with (contextlib.nullcontext(str(folder)) if folder is not None else
           tempfile.TemporaryDirectory(prefix=PYCACHE_DIR_PREFIX,
                                       ignore_cleanup_errors=True)) as pycache, \
             tempfile.TemporaryDirectory(prefix="pytest-ralph-results-",
@@ -371,8 +443,16 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
             log_path.open("w+b") as log:
         results_path = Path(private) / "check.json"
         junit_path = Path(private) / "check.xml"
-        argv = config.argv(results_path, junit_path)
+        imports_path = Path(private) / "imports.jsonl"
+        if config.report_imports:
+            env[IMPORTS_ENV] = str(imports_path)
+        empty_ini = None
+        if config.inifile is None:
+            empty_ini = Path(private) / "pytest.ini"
+            empty_ini.write_text(EMPTY_INI, encoding="utf-8")
+        argv = config.argv(results_path, junit_path, empty_ini)
         private_bytecode(env, pycache)
+        argv = confined_argv(config, argv, Path(private), Path(pycache))
         # The child stops its own checks' process groups on SIGTERM: give it time to.
         finished = run_in_group(argv, cwd=config.rootdir, output=log, timeout=config.timeout,
                                 env=env, grace=CHILD_GRACE_SECONDS, watchdog=True)
@@ -385,7 +465,56 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
         # The exit status that counts is the one the child really had, not its file's.
         results = replace(results, exitstatus=finished.returncode
                           if finished.returncode is not None else -1)
+        if config.report_imports:
+            results = replace(results, imports=read_imports(imports_path))
     return replace(with_missing(results, config.expected), duration=time.monotonic() - start)
+
+
+#: The configuration file a check phase gets with ``-c`` when the project has none: an
+#: empty pytest section (pytest's defaults), so that no file above the project is used.
+EMPTY_INI = ("# pytest-ralph: the project has no pytest configuration file; the check phase "
+             "uses this empty one so that none above the project is used.\n[pytest]\n")
+
+
+#: Largest imports report read, in bytes.
+IMPORTS_MAX_BYTES = 64 * 1024 * 1024
+
+
+def read_imports(path: Path) -> tuple[dict[str, Any], ...]:
+    """The imports report of a check phase (:data:`IMPORTS_ENV`): one dict per process that
+    wrote a well-formed line, in order; empty when the file is missing or too large."""
+    try:
+        if path.stat().st_size > IMPORTS_MAX_BYTES:
+            return ()
+        text = path.read_text("utf-8", errors="surrogateescape")
+    except OSError:
+        return ()
+    out: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if (isinstance(item, dict) and isinstance(item.get("path"), list)
+                and isinstance(item.get("modules"), dict)):
+            out.append(item)
+    return tuple(out)
+
+
+def confined_argv(config: CheckPhaseConfig, argv: list[str], private: Path,
+                  pycache: Path | None) -> list[str]:
+    """``argv`` of a check phase run under the loop's sandbox when it confines (the phase
+    may write the project less its judges, and ``private``, its results folder), else under
+    the supervisor; unchanged without a sandbox (the gate's own checks)."""
+    if config.sandbox is None:
+        return argv
+    if not config.sandbox.confined:
+        return supervised(argv, cwd=config.rootdir)
+    confinement = check_confinement(
+        config.sandbox, project=config.rootdir, state_dir=config.state_dir or
+        config.rootdir / ".pytest_ralph", results=private,
+        judges=(config.prd, *config.judges), pycache=pycache)
+    return wrap(config.sandbox, argv, confinement)
 
 
 def _read(config: CheckPhaseConfig, finished: Finished, results_path: Path, junit_path: Path,

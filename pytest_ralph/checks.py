@@ -47,6 +47,7 @@ from typing import Any, NoReturn, Protocol
 
 from .checkrun import (
     CHILD_ENV,
+    EMPTY_INI,
     PYCACHE_DIR_PREFIX,
     PYCACHE_PREFIX_ENV,
     private_bytecode,
@@ -153,6 +154,32 @@ def _command_env() -> dict[str, str]:
     env.pop(CHILD_ENV, None)
     private_bytecode(env, _pycache_prefix())
     return env
+
+
+#: The empty configuration file of this process, once made (see :func:`pin_args`).
+_own_empty_ini: list[Path] = []
+
+
+def pin_args(rootdir: Path, inifile: Path | None) -> tuple[str, ...]:
+    """The options that pin a child pytest to the project, as its parent pytest saw it:
+    ``--rootdir`` and ``--confcutdir`` (no ``conftest.py`` above the rootdir loads) set to
+    ``rootdir``, and ``-c`` naming ``inifile`` or, when the parent had none, an empty one made
+    for this process (removed at its exit): a configuration file planted above the project
+    can then neither move the rootdir nor add options or plugins.
+
+    Raises:
+        OSError: the empty configuration file cannot be made.
+    """
+    if inifile is None:
+        if not _own_empty_ini:
+            folder = tempfile.mkdtemp(prefix="pytest-ralph-ini-")
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
+            path = Path(folder) / "pytest.ini"
+            path.write_text(EMPTY_INI, encoding="utf-8")
+            _own_empty_ini.append(path)
+        inifile = _own_empty_ini[0]
+    root = str(rootdir.absolute())
+    return ("--rootdir", root, "-c", str(inifile), "--confcutdir", root)
 
 
 def _timed_out(timeout: float) -> str:
@@ -518,11 +545,14 @@ class PytestCheck:
         targets: node ids or paths, relative to ``cwd``.
         cwd: absolute working directory (the rootdir).
         timeout: seconds before the run's process group is killed.
+        pin: options that pin the child to the project (:func:`pin_args`), given before the
+            targets.
     """
 
     targets: tuple[str, ...]
     cwd: Path
     timeout: float
+    pin: tuple[str, ...] = ()
 
     def run(self) -> CheckResult:
         """Run the tests and read their JUnit XML."""
@@ -531,7 +561,7 @@ class PytestCheck:
         env = _command_env()
         with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryFile() as out:
             xml = Path(tmp) / "junit.xml"
-            argv = [*pytest_command(sys.executable), "-q", "-p", "no:cacheprovider",
+            argv = [*pytest_command(sys.executable), "-q", "-p", "no:cacheprovider", *self.pin,
                     f"--junitxml={xml}", "-k", "", "-m", "", "--maxfail=0", "--", *self.targets]
             finished = run_in_group(argv, cwd=self.cwd, output=out, timeout=self.timeout, env=env)
             tail = read_tail(out, OUTPUT_TAIL_BYTES).rstrip()
@@ -1053,7 +1083,8 @@ class UnknownKindCheck:
 def make_check(criterion: Criterion, story: Story, *, rootdir: Path, strict: bool = False,
                default_timeout: float = DEFAULT_CHECK_TIMEOUT,
                text_checks: Mapping[str, str] | None = None, verifier: str | None = None,
-               verifier_source: str = "ini ralph_verifier", prd: Path | None = None) -> Check:
+               verifier_source: str = "ini ralph_verifier", prd: Path | None = None,
+               pin: tuple[str, ...] = ()) -> Check:
     """The check for ``criterion`` of ``story``.
 
     A text criterion is decided by its ``text_checks`` command if it has one, else by the
@@ -1074,6 +1105,8 @@ def make_check(criterion: Criterion, story: Story, *, rootdir: Path, strict: boo
         verifier_source: where ``verifier`` was configured, for messages
             (e.g. ``"ini ralph_verifier (tox.ini)"``).
         prd: the PRD file, given to the verifier; required with ``verifier``.
+        pin: options that pin a ``pytest`` criterion's child pytest to the project
+            (:func:`pin_args`).
 
     Raises:
         ValueError: ``verifier`` is given without ``prd``.
@@ -1086,7 +1119,7 @@ def make_check(criterion: Criterion, story: Story, *, rootdir: Path, strict: boo
     if criterion.kind == "pytest":
         targets = spec["pytest"] if isinstance(spec["pytest"], list) else [spec["pytest"]]
         return PytestCheck(tuple(targets), rootdir.absolute(),
-                           criterion.timeout or default_timeout)
+                           criterion.timeout or default_timeout, pin)
     if criterion.kind in ("exists", "file"):
         shown = str(spec[criterion.kind])
         path = os.path.join(rootdir, shown)

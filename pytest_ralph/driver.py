@@ -51,6 +51,7 @@ from .checkrun import CheckPhaseConfig
 from .claude_settings import DEFAULT_TIMEOUT, SettingsFileError, hook_command, merge_stop_hook
 from .gitdiff import tree_snapshot
 from .history import DB_NAME, History, HistoryError, NoHistory
+from .importguard import guarded
 from .loop import (
     EXIT_COMPLETE,
     EXIT_USAGE,
@@ -306,7 +307,7 @@ def on_stop(armed: Armed, payload: StopPayload, *, python: str = sys.executable)
     loop = _DrivenLoop(settings, rootdir=stored.rootdir, inifile=drv.inifile, out=out,
                        python=python)
     try:
-        with loop.locked(state):
+        with guarded(stored.rootdir), loop.locked(state):
             answer = loop.stop(stored.id, armed, payload)
     except LoopUsageError as exc:
         answer = Answer(stderr=f"pytest-ralph: {exc}; the stop is allowed")
@@ -352,7 +353,7 @@ class _DrivenLoop(Loop):
         self._db_sig = _db_signature(history.path)
         run = RunRecord(prd=prd, settings=self.settings, argv=list(SESSION_ARGV),
                         run_dir=run_dir, started=started, oracle=oracle)
-        if self._baseline(run, state, self._phase_config(prd)) is not None:
+        if self._baseline(run, state, self._phase_config(prd, oracle)) is not None:
             return run, self._finish(run, state)
         _keep_good_prd(run)  # after the baseline wrote its notes back
         try:
@@ -413,7 +414,7 @@ class _DrivenLoop(Loop):
         self._load_iterations(run)
         # The budget counts from when the run was armed.
         self._t0 -= (_now() - stored.started).total_seconds()
-        phase = self._phase_config(prd)
+        phase = self._phase_config(prd, run.oracle)
         message: str | None = ""
         promise_missing = False
         if not run.iterations:

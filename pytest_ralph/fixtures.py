@@ -287,6 +287,9 @@ class RalphLoop:
                 value = [value] if isinstance(value, str) else [str(v) for v in value]
             elif spec.kind == "mapping":
                 value = [f"{k} = {v}" for k, v in dict(value).items()]
+            elif spec.kind == "paths":
+                value = [str(value)] if isinstance(value, (str, Path)) else [str(v) for v in
+                                                                            value]
             elif not isinstance(value, bool):
                 value = str(value)
             # Settings without a command-line option go in as ini values (paths then start

@@ -32,12 +32,17 @@ Scope and rules:
   from a git hook still looks at the project's own repository.
 * Each git command may take :data:`GIT_TIMEOUT` seconds; its whole process group is killed
   after that. Every function returns ``None`` or ``""`` on any failure and never raises.
+* git's configuration can make it run commands (a ``clean`` filter, ``core.fsmonitor``, a
+  diff driver), and the agent can write the repository's ``.git/config``: the loop runs git
+  only while :func:`config_digest` is what it was when the run started
+  (:func:`tree_snapshot`'s ``trust``), so that git never runs a command the agent configured.
 
 This module does not import pytest.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -111,18 +116,73 @@ def _git(root: Path, *args: str, index: Path | None = None,
         return None
 
 
-def tree_snapshot(root: Path) -> str | None:
+def _git_dir(root: Path) -> tuple[Path | None, Path | None]:
+    """(git dir, common dir) of the work tree holding ``root``, found by walking up from it
+    as git does (a ``.git`` folder, or a ``.git`` file ``gitdir: PATH`` for a linked work
+    tree), without running git; ``(None, None)`` outside a work tree."""
+    here = root.resolve()
+    for folder in (here, *here.parents):
+        dot = folder / ".git"
+        try:
+            if dot.is_dir():
+                return dot, dot
+            if dot.is_file():
+                text = dot.read_text("utf-8", errors="replace").strip()
+                if not text.startswith("gitdir:"):
+                    return None, None
+                gitdir = (folder / text[len("gitdir:"):].strip()).resolve()
+                try:
+                    common = (gitdir / (gitdir / "commondir").read_text().strip()).resolve()
+                except OSError:
+                    common = gitdir
+                return gitdir, common
+        except OSError:
+            return None, None
+    return None, None
+
+
+def config_digest(root: Path) -> str:
+    """The SHA-256 of every file that configures git for the repository of ``root``: the
+    system (``/etc/gitconfig``), global (``~/.gitconfig``, ``$XDG_CONFIG_HOME/git/config``)
+    and repository configuration (``config``, ``config.worktree``) and
+    ``info/attributes``, with ``$GIT_CONFIG_SYSTEM`` / ``$GIT_CONFIG_GLOBAL`` honoured.
+    Missing files count as missing. Never raises."""
+    home = Path(os.path.expanduser("~"))
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+    files = [Path(os.environ.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig"),
+             Path(os.environ.get("GIT_CONFIG_GLOBAL") or home / ".gitconfig"),
+             xdg / "git" / "config", xdg / "git" / "attributes"]
+    gitdir, common = _git_dir(root)
+    for folder in {gitdir, common} - {None}:
+        assert folder is not None
+        files += [folder / "config", folder / "config.worktree", folder / "info" / "attributes"]
+    h = hashlib.sha256()
+    for path in sorted(set(files)):
+        h.update(str(path).encode("utf-8", "surrogateescape") + b"\0")
+        try:
+            h.update(path.read_bytes())
+        except OSError:
+            h.update(b"<missing>")
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def tree_snapshot(root: Path, trust: str | None = None) -> str | None:
     """The id of a git tree object holding the working tree under ``root`` as it is now
     (untracked files included, ignored files left out), made without touching the user's
     index, ``HEAD``, refs, stash or files (see the module docstring).
 
+    Args:
+        root: the project folder.
+        trust: the :func:`config_digest` git may run with; ``None``: any.
+
     Returns:
         The tree id, or ``None`` when ``root`` is not inside a git work tree, git is not
-        installed, or any git command fails or takes more than :data:`GIT_TIMEOUT` seconds.
-        Never raises.
+        installed, git's configuration is not ``trust``, or any git command fails or takes
+        more than :data:`GIT_TIMEOUT` seconds. Never raises.
     """
     try:
-        if not root.is_dir():
+        if not root.is_dir() or (trust is not None and config_digest(root) != trust):
             return None
         info = _git(root, "rev-parse", "--is-inside-work-tree", "--git-path", "index")
         lines = info.decode("utf-8", errors="replace").splitlines() if info else []
@@ -166,7 +226,8 @@ def _seed(root: Path, user_index: Path, index: Path) -> bool:
     return _git(root, "read-tree", "HEAD", index=index) is not None
 
 
-def diff_stat(root: Path, before: str | None, after: str | None, max_chars: int = 2000) -> str:
+def diff_stat(root: Path, before: str | None, after: str | None, max_chars: int = 2000,
+              trust: str | None = None) -> str:
     """``git diff --stat`` from tree ``before`` to tree ``after`` (two :func:`tree_snapshot`
     ids), paths relative to ``root``, at most about ``max_chars`` characters: file lines are
     dropped from the end, replaced by ``... N more files``, and the summary line
@@ -174,9 +235,12 @@ def diff_stat(root: Path, before: str | None, after: str | None, max_chars: int 
 
     Returns:
         The text (no trailing newline), or ``""`` when the trees are equal, either is
-        ``None``, or git fails. Never raises.
+        ``None``, git's configuration is not ``trust`` (:func:`tree_snapshot`), or git fails.
+        Never raises.
     """
     if not before or not after or before == after:
+        return ""
+    if trust is not None and config_digest(root) != trust:
         return ""
     options = ("--relative", "--no-color", "--no-ext-diff", "--no-textconv")
     out = _git(root, "diff", f"--stat={STAT_WIDTH}", *options, before, after, "--")

@@ -884,6 +884,20 @@ class History:
             self._require(cur, run_id)
             self._event(conn, run_id, None, "status", status + (f": {reason}" if reason else ""))
 
+    def set_oracle(self, run_id: str, oracle: Mapping[str, Any]) -> None:
+        """Replace the oracle snapshot of a run (the loop adds what it learnt from the
+        baseline's imports, :func:`pytest_ralph.oracle.with_imports`).
+
+        Raises:
+            KeyError: no such run.
+            sqlite3.OperationalError: the database stayed locked for :data:`BUSY_TIMEOUT`.
+            HistoryError: the history is open read-only.
+        """
+        with self._write() as conn:
+            cur = conn.execute("UPDATE runs SET oracle = ?, updated = ? WHERE id = ?",
+                               (_json(dict(oracle)), _iso(_now()), run_id))
+            self._require(cur, run_id)
+
     def update_run(self, run_id: str, *, argv: Sequence[str],
                    settings: Mapping[str, Any]) -> None:
         """Record the agent argv and settings a resumed run goes on with.

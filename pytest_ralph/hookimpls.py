@@ -159,12 +159,13 @@ def _raised(hook: str, exc: Exception) -> HookError:
 
 def _check_factory(config: pytest.Config) -> Callable[..., Check]:
     """:func:`pytest_ralph.checks.make_check` with this session's settings filled in."""
-    from .checks import make_check
+    from .checks import make_check, pin_args
     from .plugin import get_settings
 
     settings = get_settings(config)
     return functools.partial(
         make_check, rootdir=config.rootpath, strict=settings.strict,
+        pin=pin_args(config.rootpath, config.inipath),
         default_timeout=settings.check_timeout, text_checks=dict(settings.checks),
         verifier=settings.verifier,
         verifier_source=settings.sources.get("verifier", "ini ralph_verifier"))

@@ -20,7 +20,6 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,12 +35,10 @@ from .agent import (
     resolve_executable,
     run_agent,
 )
+from .bytecode import TrustedBytecode
 from .checkrun import (
-    PYCACHE_DIR_PREFIX,
     CheckPhaseConfig,
-    forget_project_bytecode,
     run_check_phase,
-    shared_bytecode_dir,
     workers_problem,
 )
 from .checks import VERIFIER_KIND
@@ -55,8 +52,9 @@ from .escalation import (
     story_states,
 )
 from .fingerprint import fingerprint, normalize_failure
-from .gitdiff import diff_stat, tree_snapshot
+from .gitdiff import config_digest, diff_stat, tree_snapshot
 from .history import DB_NAME, History, HistoryError, StoredIteration, StoredRun
+from .importguard import guarded
 from .loophooks import HookError, LoopHooks, StopContext
 from .model import PRD, Story, fold_text, slugify
 from .oracle import (
@@ -67,6 +65,7 @@ from .oracle import (
     snapshot,
     snapshot_from_json,
     snapshot_to_json,
+    with_imports,
 )
 from .prd import PRD_FILE_NAMES, PRD_SEARCH_DIRS, PRDError, discover_prd, load_prd
 from .presets import reader_for, resolve_agent
@@ -81,8 +80,18 @@ from .prompt import (
 from .redact import Redactor
 from .report import dialect_line, no_stories_message, shown_path, story_report, why, write_report
 from .results import CheckResults, CriterionResult
+from .sandbox import (
+    Confinement,
+    Sandbox,
+    SandboxError,
+    agent_confinement,
+    cli_state_paths,
+    prepare_state_paths,
+    probe,
+)
 from .settings import Settings, to_json
 from .state import LockedError, RunDir, StateDir
+from .verified import changes_stat, keep_copies, weakening
 from .writeback import story_notes, story_verdicts, write_back
 
 # Exit codes of ``pytest --ralph`` (PRODUCT.md section 3).
@@ -186,6 +195,8 @@ class RunRecord:
             ending run is written.
         error_streak: the agent-error streak when the run stopped on it (it may end with
             rate-limited runs, which record no iteration).
+        confinement: how the agent runs and check phases were confined, one line for the
+            report (:meth:`Loop.confinement_line`); ``""`` when not known.
     """
 
     prd: PRD
@@ -206,6 +217,7 @@ class RunRecord:
     escalations: list[str] = field(default_factory=list)
     pending_escalation: tuple[str, list[str]] | None = None
     error_streak: int = 0
+    confinement: str = ""
 
     @property
     def last(self) -> IterationRecord:
@@ -290,6 +302,12 @@ class Loop:
         hooks: the extension points (:class:`pytest_ralph.loophooks.LoopHooks`; the pytest
             layer passes one that asks the ``pytest_ralph_*`` hooks); built-in behaviour when
             ``None``.
+        sandbox: the sandbox agent runs and check phases use (:func:`pytest_ralph.sandbox.
+            probe`); ``None``: probed from the settings on first use.
+        banner: lines printed right after the first line (which says how the agent is
+            confined): the effective settings, say.
+        loop_anchors: where this process's pytest looked for its initial ``conftest.py``
+            files (guarded, see :func:`pytest_ralph.oracle.loop_conftests`).
     """
 
     def __init__(self, settings: Settings, *, rootdir: Path, inifile: Path | None,
@@ -297,8 +315,13 @@ class Loop:
                  markexpr: str = "", junitxml: Path | None = None,
                  deselect: tuple[str, ...] = (), new_run: bool = False,
                  pythonpath: tuple[Path, ...] = (), child_args: tuple[str, ...] = (),
-                 hooks: LoopHooks | None = None) -> None:
+                 hooks: LoopHooks | None = None, sandbox: Sandbox | None = None,
+                 banner: tuple[str, ...] = (), loop_anchors: tuple[Path, ...] = ()) -> None:
         self.settings = settings
+        self.banner = banner
+        self.loop_anchors = loop_anchors
+        self._sandbox = sandbox
+        self._preset: str | None = None
         self.child_args = child_args
         self.hooks = hooks or LoopHooks()
         #: The run of the last :meth:`run` (``None`` before one started), for inspection.
@@ -319,7 +342,9 @@ class Loop:
         self._history: History | None = None
         self._lock: IO[str] | None = None
         self._db_sig: tuple[object, ...] = ()
-        self._pycache: Path | None = None
+        self._bytecode: TrustedBytecode | None = None
+        #: git's configuration when the run started: git runs only while it is unchanged.
+        self._git_trust = config_digest(rootdir)
         self._t0 = time.monotonic()
         self._redactor = Redactor.from_env()
         self._git = False  # the last iteration's change is known (a git work tree)
@@ -339,6 +364,7 @@ class Loop:
         prd = self.prepare_prd()
         argv = self._resolve_agent()
         self._template()
+        _ = self.sandbox  # ralph_sandbox = required without bubblewrap: exit 4 now
         if self.settings.promise:
             self._notes.append(f"promise (from {self.settings.sources.get('promise')}) is "
                                "ignored: `pytest --ralph` completes on the checks alone; the "
@@ -390,6 +416,53 @@ class Loop:
             raise LoopUsageError(exc.describe()) from None
         return prd
 
+    @property
+    def sandbox(self) -> Sandbox:
+        """The sandbox of agent runs and check phases (probed from the settings once).
+
+        Raises:
+            LoopUsageError: ``ralph_sandbox = required`` and bubblewrap cannot confine.
+        """
+        if self._sandbox is None:
+            s = self.settings
+            try:
+                self._sandbox = probe(s.sandbox, source=s.sources.get("sandbox", "default"),
+                                      writable=s.sandbox_writable)
+            except SandboxError as exc:
+                raise LoopUsageError(str(exc)) from None
+        return self._sandbox
+
+    def confinement_line(self) -> str:
+        """What the sandbox does, one sentence: ``agent and check phases confined by
+        bubblewrap 0.8.0 (the agent writes the project, a private /tmp, ~/.claude;
+        read-only: the rest, the state folder)`` or ``agent and check phases NOT confined
+        (why)``.
+
+        Raises:
+            LoopUsageError: as :attr:`sandbox`.
+        """
+        sb = self.sandbox
+        if not sb.confined:
+            return (f"agent and check phases NOT confined ({sb.reason}): the agent can write "
+                    "anywhere you can")
+        home = Path(os.path.expanduser("~"))
+        # A CLI's folders are made at its first run; its files are bound when they exist.
+        extra = [_home_short(p, home) for p in (*cli_state_paths(self._preset), *sb.writable)
+                 if os.path.lexists(p) or "." not in p.name.lstrip(".")]
+        return (f"agent and check phases {sb.describe()} (the agent writes: the project, a "
+                f"private /tmp" + "".join(f", {x}" for x in extra) + f"; read-only: the rest, "
+                f"the state folder {shown_path(self.settings.dir, self.rootdir)}; network on)")
+
+    def _agent_confinement(self, argv: list[str]) -> Confinement:
+        """What an agent run of ``argv`` may write (see
+        :func:`pytest_ralph.sandbox.agent_confinement`)."""
+        paths = cli_state_paths(self._preset)
+        prepare_state_paths(paths)
+        exe = shutil.which(argv[0]) if argv and os.sep not in argv[0] else None
+        return agent_confinement(self.sandbox, project=self.rootdir,
+                                 state_dir=self.settings.dir, cli_paths=paths,
+                                 argv=[exe, *argv[1:]] if exe else argv)
+
     def _resolve_agent(self) -> list[str]:
         """The agent argv from the settings.
 
@@ -402,6 +475,7 @@ class Loop:
                                  "ralph_agent or the environment variable PYTEST_RALPH_AGENT")
         try:
             argv, preset = resolve_agent(s.agent, s.agent_flags)
+            self._preset = preset.name if preset is not None else None
             resolve_executable(argv, self.rootdir)
             if s.agent_flags and preset is None:
                 self._notes.append(f"agent_flags (from {s.sources.get('agent_flags')}) is "
@@ -431,17 +505,20 @@ class Loop:
         return [st for st in prd.stories if not self.settings.story or st.id in
                 self.settings.story]
 
-    def _phase_config(self, prd: PRD) -> CheckPhaseConfig:
+    def _phase_config(self, prd: PRD, oracle: Snapshot | None = None) -> CheckPhaseConfig:
         """The check-phase settings; every selected criterion is expected in every check
-        (with ``-k``/``-m`` the baseline decides which are selected)."""
+        (with ``-k``/``-m`` the baseline decides which are selected). ``oracle``'s files and
+        folders are read-only to a confined phase."""
         expected = () if self._selection() else tuple(
             (st.id, c.id, c.text) for st in self._selected(prd) for c in st.criteria)
         return CheckPhaseConfig(prd=prd.path, rootdir=self.rootdir, inifile=self.inifile,
+                                sandbox=self.sandbox, state_dir=self.settings.dir,
+                                judges=oracle.judges(self.rootdir) if oracle else (),
                                 stories=self.settings.story, strict=self.settings.strict,
                                 python=self.python, keyword=self.keyword,
                                 markexpr=self.markexpr, junitxml=self.junitxml,
                                 deselect=self.deselect, expected=expected,
-                                extra_args=self.child_args, pycache=self._pycache,
+                                extra_args=self.child_args, bytecode=self._bytecode,
                                 workers=self._workers())
 
     def _workers(self) -> str:
@@ -479,6 +556,9 @@ class Loop:
         note = (f"\n{self._selection()} is applied by the baseline check, which a dry run does "
                 "not run: the prompt below covers every criterion of the selected stories."
                 if self._selection() else "")
+        self._print(f"pytest-ralph: {self.confinement_line()}")
+        for line in self.banner:
+            self._print(line)
         self._print(f"pytest-ralph dry run: PRD {prd.path}; nothing is run or written.{note}\n"
                     f"{self._dialect_text(prd)}"
                     f"--- agent argv ---\n"
@@ -502,8 +582,11 @@ class Loop:
             LoopUsageError, NoCriteria: from :meth:`prepare`.
         """
         prd, argv = self.prepare()
+        self._print(f"pytest-ralph: {self.confinement_line()}")
+        for line in self.banner:
+            self._print(line)
         state = StateDir(self.settings.dir)
-        with self.locked(state):
+        with guarded(self.rootdir), self.locked(state):
             return self._run_locked(prd, argv, state)
 
     @contextmanager
@@ -532,20 +615,16 @@ class Loop:
             except HistoryError as exc:
                 raise LoopUsageError(str(exc)) from None
             self._db_sig = _db_signature(self.history.path)
-            shared = shared_bytecode_dir()
-            if shared is not None and shared.resolve().is_relative_to(self.rootdir.resolve()):
-                shared = None  # a cache in the project (HOME there) is the agent's to see
-            self._pycache = shared or Path(tempfile.mkdtemp(prefix=PYCACHE_DIR_PREFIX))
+            self._bytecode = TrustedBytecode.for_run(self.rootdir,
+                                                     confined=self.sandbox.confined)
+            self._bytecode.prime_in_background(self._bytecode.sources_loaded_here())
             self._t0 = time.monotonic()
             try:
                 yield
             finally:
                 self.history.close()
                 self._history = None
-                if shared is not None:
-                    forget_project_bytecode(shared, self.rootdir)
-                else:
-                    shutil.rmtree(self._pycache, ignore_errors=True)
+                self._bytecode.close()
         finally:  # a clean exit leaves no holder behind
             for held in {id(lock): lock, id(self._lock): self._lock}.values():
                 with contextlib.suppress(OSError, ValueError):
@@ -579,14 +658,15 @@ class Loop:
         if last is not None and last.resumable and not self.new_run:
             run = self._resume(last, prd, argv, state)
         else:
-            run = RunRecord(prd=prd, settings=s, argv=argv, run_dir=state.new_run())
-            run.oracle = self._snapshot(prd)
-            if last is not None:
-                run.warnings += self._changed_since(last, prd)
-            else:
+            oracle = self._snapshot(prd)
+            notes = self.check_verified(prd, oracle, state)
+            run = RunRecord(prd=prd, settings=s, argv=argv, run_dir=state.new_run(),
+                            oracle=oracle, warnings=notes)
+            if last is None:
                 run.warnings += self._lost_runs(state, prd, run.run_dir.id)
             self._begin(run)
         self.last_run = run
+        run.confinement = self.confinement_line()
         for note in dict.fromkeys(self._notes):
             self._warn(run, note)
         selected = self._selected(prd)
@@ -706,23 +786,53 @@ class Loop:
         self._print(f"pytest-ralph: warning: {message}")
         return [message]
 
-    def _changed_since(self, last: StoredRun, prd: PRD) -> list[str]:
-        """A warning when the criteria differ from the start of the last run of this PRD
-        (an agent's edit that was never restored becomes this run's reference)."""
-        if self.settings.allow_criteria_edits:
-            return []
-        try:
-            before = snapshot_from_json(last.oracle)
-        except ValueError:
-            return []
-        changes = compare(before, self._snapshot(prd, before))
-        if not changes:
-            return []
-        message = (f"the criteria changed since the last run {last.id} ({last.status}) started:"
-                   f" {_changes_text(changes)}; this run takes them as they are now as its "
-                   "reference (restore them first if an agent made these changes)")
-        self._print(f"pytest-ralph: warning: {message}")
-        return [message]
+    def check_verified(self, prd: PRD, oracle: Snapshot, state: StateDir) -> list[str]:
+        """Compare a new run's oracle with the last run's verified snapshot (see
+        :mod:`pytest_ralph.verified`), keep copies of its guarded files for the next run's
+        diff stat, and return the warnings for the run.
+
+        Raises:
+            LoopUsageError: the criteria or the files that judge them changed since the last
+                run of ``prd`` started (or its snapshot cannot be read), and neither
+                ``--ralph-accept-changes`` nor ``--ralph-allow-criteria-edits`` is given.
+        """
+        s = self.settings
+        last = self.history.last_run(prd.path)
+        notes: list[str] = []
+        if last is not None and not s.allow_criteria_edits:
+            try:
+                before = snapshot_from_json(last.oracle)
+                if not any(k.startswith("criterion ") for k in before.digests):
+                    raise ValueError("no criterion in it")
+            except ValueError as exc:
+                why = (f"the verified snapshot of the last run {last.id} ({last.status}) "
+                       f"cannot be read from {self.history.path} ({exc}): the history was "
+                       "damaged or edited")
+                if not s.accept_changes:
+                    raise LoopUsageError(f"{why}; so the criteria cannot be compared with what "
+                                         "was last verified; check them (git diff), then start "
+                                         "with --ralph-accept-changes") from None
+                notes.append(f"{why}; started anyway (--ralph-accept-changes)")
+            else:
+                changes = weakening(compare(before, self._snapshot(prd, before)))
+                if changes:
+                    stat = changes_stat(changes, before, self.rootdir, state.root,
+                                     self._redactor.text)
+                    shown = "\n".join(f"  {line}" for line in stat)
+                    head = (f"the criteria or the files that judge them changed since the last "
+                            f"run {last.id} ({last.status}) started")
+                    if not s.accept_changes:
+                        raise LoopUsageError(
+                            f"{head}:\n{shown}\nA new run does not take a changed oracle as its "
+                            "reference on its own: if you made these changes, rerun with "
+                            "--ralph-accept-changes; if an agent did, restore them (for "
+                            "example `git checkout -- <file>`, and delete added files)")
+                    notes.append(f"{head} (accepted with --ralph-accept-changes): "
+                                 + "; ".join(stat))
+                    self._print(f"pytest-ralph: {head}, accepted (--ralph-accept-changes):\n"
+                                f"{shown}")
+        keep_copies(oracle, self.rootdir, state.root, self._redactor.text)
+        return notes
 
     def _cancel_requested(self, run: RunRecord) -> bool:
         with contextlib.suppress(Exception):  # a broken history is handled elsewhere
@@ -731,7 +841,7 @@ class Loop:
 
     def _iterate(self, run: RunRecord, state: StateDir, argv: list[str]) -> int:
         s = self.settings
-        phase = self._phase_config(run.prd)
+        phase = self._phase_config(run.prd, run.oracle)
         if not run.iterations:
             stop = self._baseline(run, state, phase)
             if stop is not None:
@@ -752,13 +862,16 @@ class Loop:
             story, prompt = self._next_prompt(run, state, template, n)
             agent_argv = self.hooks.agent_command(list(argv), n, story)
             self.hooks.before_iteration(n, story, prompt, agent_argv)
-            before = tree_snapshot(self.rootdir)
+            before = tree_snapshot(self.rootdir, self._git_trust)
             agent_run = run_agent(agent_argv, prompt=prompt, prompt_file=folder / "prompt.md",
                                   cwd=self.rootdir, timeout=self._agent_timeout(),
                                   log_path=folder / "agent.log",
                                   env={"PYTEST_RALPH_ITERATION": str(n),
                                        "PYTEST_RALPH_PROMPT_FILE": str(folder / "prompt.md")},
-                                  reader=reader_for(argv), redactor=self._redactor)
+                                  reader=reader_for(argv), redactor=self._redactor,
+                                  sandbox=self.sandbox,
+                                  confinement=self._agent_confinement(agent_argv)
+                                  if self.sandbox.confined else None)
             if (s.max_cost is not None and agent_run.cost_usd is None and agent_run.ran
                     and not self._cost_warned):
                 self._cost_warned = True
@@ -783,7 +896,8 @@ class Loop:
         ends the run (complete, or nothing selected), else ``None``."""
         folder = run.run_dir.iteration_dir(0)
         started = _now()
-        base = run_check_phase(self._bounded(phase), folder)
+        base = run_check_phase(self._bounded(replace(phase, report_imports=True)), folder)
+        self._learn_imports(run, base)
         if not phase.expected and not base.criteria and not base.errors:
             return self._stop(run, "no-criteria", EXIT_NO_CRITERIA,
                               f"{self._selection()} deselects every criterion of "
@@ -798,6 +912,23 @@ class Loop:
                               f"({len(base.criteria)}/{len(base.criteria)}); no agent run "
                               "was needed")
         return None
+
+    def _learn_imports(self, run: RunRecord, base: CheckResults) -> None:
+        """Guard what the baseline's processes imported (:func:`pytest_ralph.oracle.
+        with_imports`: files that would shadow those modules, the installed environment) and
+        compile their bytecode for the next phases. The baseline ran before any agent: what
+        it imported is the user's, not the agent's."""
+        if self._bytecode is not None:
+            self._bytecode.prime_in_background(
+                src for proc in base.imports for src in proc.get("sources", ())
+                if isinstance(src, str))
+        if run.oracle is None or not base.imports:
+            return
+        run.oracle = with_imports(run.oracle, base.imports, self.rootdir,
+                                  folders=(self.rootdir, run.prd.path.parent))
+        with contextlib.suppress(Exception):  # a broken history is handled elsewhere
+            self.history.set_oracle(run.run_dir.id, snapshot_to_json(run.oracle))
+            self._db_sig = _db_signature(self.history.path)
 
     def _expected(self, run: RunRecord, phase: CheckPhaseConfig) -> CheckPhaseConfig:
         """``phase`` expecting the criteria the baseline selected (with ``-k``/``-m`` the
@@ -848,9 +979,16 @@ class Loop:
         n, story, agent_run, before = turn.n, turn.story, turn.agent, turn.tree
         prev = run.last.results
         held = run.blocked
-        after = tree_snapshot(self.rootdir) if before is not None else None
+        if before is not None and config_digest(self.rootdir) != self._git_trust:
+            self._warn(run, "git's configuration (.git/config, ~/.gitconfig, info/attributes) "
+                       "changed during the agent's turn: the loop does not run git again in "
+                       "this run (it could run a command the agent configured), so the next "
+                       "prompts show no diff")
+            self._git_trust = "changed"
+        after = tree_snapshot(self.rootdir, self._git_trust) if before is not None else None
         self._git = after is not None
-        diff = diff_stat(self.rootdir, before, after) if before and after else ""
+        diff = diff_stat(self.rootdir, before, after, trust=self._git_trust) \
+            if before and after else ""
         results = run_check_phase(self._bounded(phase), turn.folder)
         results, flaky = self._recheck(run, phase, prev, results, turn.folder)
         changes = self._changes(run, phase)
@@ -1190,7 +1328,7 @@ class Loop:
     def _snapshot(self, prd: PRD, start: Snapshot | None = None) -> Snapshot:
         return snapshot(prd, self.rootdir, inifile=self.inifile, stories=self.settings.story,
                         verifier=self.settings.verifier, start=start,
-                        pythonpath=self.pythonpath)
+                        pythonpath=self.pythonpath, loop_anchors=self.loop_anchors)
 
     def _changes(self, run: RunRecord, phase: CheckPhaseConfig) -> list[Change]:
         """What the agent changed in the oracle since the run started, limited to changes
@@ -1450,6 +1588,14 @@ class Loop:
                     "output_tokens": it.agent.output_tokens, "turns": it.agent.turns},
             } for it in run.iterations],
         })
+
+
+def _home_short(path: Path, home: Path) -> str:
+    """``path`` with the home folder written ``~``."""
+    try:
+        return "~/" + path.relative_to(home).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def _db_signature(db: Path) -> tuple[object, ...]:

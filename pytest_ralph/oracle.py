@@ -61,12 +61,14 @@ import importlib.machinery
 import json
 import os
 import shlex
+import stat
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .judges import SHADOWS, take, watch
 from .model import PRD, Criterion
 from .results import CheckResults, CriterionResult
 
@@ -112,6 +114,11 @@ _CODE_SUFFIXES = (*_MODULE_SUFFIXES, ".py", ".pyw", ".pyc", ".so", ".pyd")
 
 #: The check field that names the target of a criterion of each kind that has one.
 _TARGET_FIELDS = {"exists": "exists", "file": "file", "schema": "instance", "sql": "db"}
+
+#: The subject of the ``conftest.py`` files the loop's own process loads at its start.
+LOOP_CONFTESTS = "folder ./ (conftest.py files pytest --ralph loads)"
+
+_LOOP_CONFTESTS_WHAT = " (conftest.py files pytest --ralph loads)"
 
 #: How many names :attr:`Change.detail` shows.
 _DETAIL_NAMES = 5
@@ -171,12 +178,41 @@ class Snapshot:
             folder, sorted; for lists of modules, each name is followed by a tab and the
             start of its file's digest. Absent for a folder that does not exist (and in
             snapshots of older versions).
+        watch: the subjects learnt from what the baseline's processes imported
+            (:mod:`pytest_ralph.judges`), with what each watches: the names a folder must
+            not gain, the files of the environment.
     """
 
     digests: Mapping[str, str]
     links: Mapping[str, frozenset[str]]
     unguarded: tuple[str, ...] = ()
     listings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    watch: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def judges(self, rootdir: Path) -> tuple[Path, ...]:
+        """The files and folders inside ``rootdir`` that judge the agent's work, as they
+        exist now: each guarded file (tests, ``conftest.py``, configuration files, schemas,
+        modules of ``python`` checks) that exists, and each folder whose file names are
+        guarded (a folder a ``pytest`` check names). A confined check phase gets them
+        read-only (:func:`pytest_ralph.sandbox.check_confinement`)."""
+        out: list[Path] = []
+        for subject, digest in self.digests.items():
+            if digest == ABSENT:
+                continue
+            if subject.startswith("file "):
+                rel = subject[len("file "):]
+            elif subject.startswith("pytest configuration "):
+                rel = subject[len("pytest configuration "):]
+            elif subject.startswith("folder ") and subject.endswith(_FILES):
+                rel = subject[len("folder "):-len(_FILES)].rstrip("/") or "."
+            else:
+                continue
+            if os.path.isabs(rel):
+                continue  # outside the project: read-only to a confined phase anyway
+            path = rootdir / rel
+            if os.path.lexists(path):
+                out.append(path)
+        return tuple(out)
 
 
 def snapshot_to_json(snap: Snapshot) -> dict[str, Any]:
@@ -185,7 +221,8 @@ def snapshot_to_json(snap: Snapshot) -> dict[str, Any]:
     return {"digests": dict(snap.digests),
             "links": {k: sorted(v) for k, v in snap.links.items()},
             "unguarded": list(snap.unguarded),
-            "listings": {k: list(v) for k, v in snap.listings.items()}}
+            "listings": {k: list(v) for k, v in snap.listings.items()},
+            "watch": {k: list(v) for k, v in snap.watch.items()}}
 
 
 def snapshot_from_json(data: Mapping[str, Any]) -> Snapshot:
@@ -199,7 +236,9 @@ def snapshot_from_json(data: Mapping[str, Any]) -> Snapshot:
                         {str(k): frozenset(map(str, v)) for k, v in data["links"].items()},
                         tuple(map(str, data.get("unguarded", ()))),
                         {str(k): tuple(map(str, v))
-                         for k, v in data.get("listings", {}).items()})
+                         for k, v in data.get("listings", {}).items()},
+                        {str(k): tuple(map(str, v))
+                         for k, v in data.get("watch", {}).items()})
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"not an oracle snapshot: {exc!r}") from None
 
@@ -207,7 +246,7 @@ def snapshot_from_json(data: Mapping[str, Any]) -> Snapshot:
 def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
              stories: Sequence[str] = (), search_path: Sequence[str] | None = None,
              verifier: str | None = None, start: Snapshot | None = None,
-             pythonpath: Sequence[Path] = ()) -> Snapshot:
+             pythonpath: Sequence[Path] = (), loop_anchors: Sequence[Path] = ()) -> Snapshot:
     """Take a snapshot of the oracle of ``prd``.
 
     Args:
@@ -226,6 +265,8 @@ def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
         start: the run's first snapshot, when this is a later one: files it did not
             guard stay unguarded, and everything it guarded is hashed even if no criterion
             names it any more.
+        loop_anchors: where the loop's own pytest looks for its initial ``conftest.py`` files
+            (its arguments and ``testpaths``, see :func:`loop_conftests`).
 
     Returns:
         The snapshot. Files are read in full (SHA-256); nothing is imported or run.
@@ -370,6 +411,21 @@ def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
             guard_around(chain(path.parent), keys)
             guard_folder(basedir(path.parent), _STDLIB, keys)
 
+    def guard_collected(folder: Path, keys: Iterable[str]) -> None:
+        """Guard what a bare ``pytest`` in ``folder`` collects (a ``run`` command with no
+        path): each test file under it (``test_*.py``, ``*_test.py``), and the
+        ``conftest.py`` and ``__init__.py`` of every folder on the way (absent ones included,
+        so a new ``conftest.py`` counts), and the configuration files around it. New test
+        files may be added: the agent may write tests."""
+        files, folders = _walk(folder)
+        for name in files:
+            leaf = name.rpartition("/")[2]
+            if leaf.endswith(".py") and (leaf.startswith("test_") or leaf.endswith("_test.py")):
+                guard_file(folder / name, keys)
+        guard_around(chain(folder), keys)
+        guard_around((folder / sub for sub in folders), keys, configs=False)
+        guard_folder(basedir(folder), _STDLIB, keys)
+
     def skipper(base: str) -> Callable[[str], bool]:
         """Whether a path relative to the folder ``base`` (relative to the rootdir) is left
         out of its name lists: an unguarded file or folder or a file in one, a check target,
@@ -420,6 +476,15 @@ def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
             if c.kind == "pytest":
                 for target in _pytest_targets(c):
                     guard_tests(rootdir / target.split("::", 1)[0], [c.key])
+            elif c.kind == "run" and c.command:
+                run_cwd = (rootdir / c.cwd) if c.cwd else rootdir
+                for where, named_tests in run_pytest_targets(c.command, run_cwd):
+                    if named_tests:
+                        for test in named_tests:
+                            guard_tests(where / test.split("::", 1)[0], [c.key])
+                    elif where.is_dir() and (where.resolve() == root or
+                                             root in where.resolve().parents):
+                        guard_collected(where, [c.key])
             for path, optional in _linked_files(c, rootdir, root, search_path, modules):
                 guard_file(path, [c.key], optional=optional)
     if named:
@@ -427,14 +492,31 @@ def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
         for path in named:
             guard_file(path, texts)
             guard_folder(path.parent, _MODULES, texts)
-    # The child pytest gets -c when there is a configuration file; without one it finds its
-    # configuration like pytest does, from the PRD's folder up: one the agent creates counts.
+    # The check phase's pytest gets -c (an empty file when there is no configuration file)
+    # and --confcutdir; a pytest that a `run` command starts finds its configuration like
+    # pytest does, from its folder up: one the agent creates counts, above the project too.
     if inifile is not None:
         guard_config(inifile, every)
     else:
         for folder in [*chain(prd_folder), root]:
             for name in CONFIG_NAMES:
                 guard_config(folder / name, every)
+    for folder in root.parents:
+        for name in CONFIG_NAMES:
+            guard_config(folder / name, every)
+        for name in ("conftest.py", "setup.py"):  # setup.py: pytest's rootdir marker
+            guard_file(folder / name, every, optional=True)
+    anchors = tuple(Path(p) for p in (start.watch.get(LOOP_CONFTESTS, ()) if start else
+                                       loop_anchors))
+    digests[LOOP_CONFTESTS], listings[LOOP_CONFTESTS] = loop_conftests(rootdir, anchors)
+    link(LOOP_CONFTESTS, every)
+    watched = dict(start.watch) if start is not None else {}
+    watched[LOOP_CONFTESTS] = tuple(str(a) for a in anchors)
+    for subject, params in watched.items():
+        if subject == LOOP_CONFTESTS:
+            continue
+        digests[subject], listings[subject] = take(subject, params, rootdir)
+        link(subject, every | set(start.links.get(subject, ()) if start else ()))
     for subject in started:  # what was guarded at the start stays guarded
         if subject in digests or subject.startswith("criterion "):
             continue
@@ -451,7 +533,25 @@ def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
             digests[subject] = started[subject]
         link(subject, start.links.get(subject, ()) if start is not None else ())
     return Snapshot(digests, {k: frozenset(v) for k, v in links.items()},
-                    tuple(sorted(unguarded)), listings)
+                    tuple(sorted(unguarded)), listings, watched)
+
+
+def with_imports(snap: Snapshot, imports: Sequence[Mapping[str, Any]], rootdir: Path,
+                 folders: Iterable[Path] = ()) -> Snapshot:
+    """``snap`` plus the subjects :func:`pytest_ralph.judges.watch` finds in the imports
+    report of a check phase (the baseline's, before any agent ran), taken now and linked to
+    every criterion ``snap`` knows. ``folders`` are more folders inside the project that come
+    first on a check's ``sys.path``."""
+    found = watch(imports, rootdir, folders)
+    every = frozenset(k for subject, keys in snap.links.items() if subject.startswith(
+        "criterion ") for k in keys)
+    digests, links = dict(snap.digests), dict(snap.links)
+    listings, watched = dict(snap.listings), dict(snap.watch)
+    for subject, params in found.items():
+        digests[subject], listings[subject] = take(subject, params, rootdir)
+        links[subject] = every
+        watched[subject] = params
+    return replace(snap, digests=digests, links=links, listings=listings, watch=watched)
 
 
 def compare(start: Snapshot, now: Snapshot) -> list[Change]:
@@ -539,7 +639,22 @@ def _chain(folder: Path, root: Path) -> list[Path]:
 
 
 def _file_digest(path: Path) -> str:
+    """SHA-256 of the file at ``path`` (symbolic links followed); :data:`ABSENT` when
+    there is none; ``unreadable: <why>`` when it cannot be read, and ``not a regular file:
+    <kind>`` for a FIFO, a device or a socket (never opened: a FIFO would block)."""
     h = hashlib.sha256()
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return ABSENT
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+    if stat.S_ISDIR(info.st_mode):
+        return ABSENT
+    if not stat.S_ISREG(info.st_mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if
+                stat.S_ISSOCK(info.st_mode) else "a device")
+        return f"not a regular file: {kind}"
     try:
         with path.open("rb") as f:
             for block in iter(lambda: f.read(1 << 16), b""):
@@ -718,6 +833,108 @@ def _module_files(module: str, roots: Sequence[str], root: Path) -> list[tuple[P
         elif i < len(names) - 1:  # a module is not a package: the import fails
             return []
     return out
+
+
+#: Words that start a pytest run in a shell command (alone, or after ``python -m``).
+_PYTEST_WORDS = frozenset({"pytest", "py.test"})
+
+#: pytest options whose value is the next word (not a path to test).
+_VALUED = frozenset({"-k", "-m", "-p", "-o", "-c", "-n", "-W", "-r", "--rootdir",
+                     "--confcutdir", "--basetemp", "--tb", "--maxfail", "--deselect",
+                     "--ignore", "--ignore-glob", "--junitxml", "--junit-xml", "--durations",
+                     "--import-mode", "--dist", "--tx", "--override-ini", "--capture",
+                     "--log-level", "--cov", "--cov-report", "--timeout", "--ralph-prd"})
+
+
+def run_pytest_targets(command: str, cwd: Path) -> list[tuple[Path, list[str]]]:
+    """The pytest runs a ``run`` command starts, read from the command line: for each
+    ``pytest ...``, ``py.test ...`` or ``python -m pytest ...`` (a path to any of them
+    included) in the shell command, the folder it runs in (following ``cd DIR &&``) and its
+    test paths and node ids (empty: what pytest collects by itself). Words after shell
+    operators (``&&``, ``;``, ``|``) start a new command. A command that cannot be split
+    gives nothing."""
+    try:
+        words = shlex.split(command, posix=True)
+    except ValueError:
+        return []
+    out: list[tuple[Path, list[str]]] = []
+    here = cwd
+    segment: list[str] = []
+    for word in [*words, ";"]:
+        if word not in ("&&", "||", ";", "|", "&"):
+            segment.append(word)
+            continue
+        if segment:
+            if segment[0] == "cd" and len(segment) > 1:
+                here = here / segment[1]
+            else:
+                args = _pytest_args(segment)
+                if args is not None:
+                    targets: list[str] = []
+                    skip = False
+                    for arg in args:
+                        if skip:
+                            skip = False
+                        elif arg in _VALUED:
+                            skip = True
+                        elif not arg.startswith("-"):
+                            targets.append(arg)
+                    out.append((here, targets))
+        segment = []
+    return out
+
+
+def _pytest_args(words: list[str]) -> list[str] | None:
+    """The arguments after ``pytest`` when ``words`` is a pytest run (``env VAR=x`` and
+    ``timeout N`` in front allowed), else ``None``."""
+    i = 0
+    while i < len(words) and (("=" in words[i] and not words[i].startswith("-"))
+                              or words[i] in ("env", "exec", "nice", "time")):
+        i += 1
+    if i < len(words) and words[i] == "timeout":
+        i += 2
+    if i >= len(words):
+        return None
+    name = os.path.basename(words[i])
+    if name in _PYTEST_WORDS:
+        return words[i + 1:]
+    if name.startswith("python") and len(words) > i + 2 and words[i + 1] == "-m" and \
+            words[i + 2] in _PYTEST_WORDS:
+        return words[i + 3:]
+    return None
+
+
+def loop_conftests(rootdir: Path, anchors: Sequence[Path] = ()) -> tuple[str, tuple[str, ...]]:
+    """The digest and name list (``path<TAB>digest`` items, relative to ``rootdir``) of the
+    ``conftest.py`` files a pytest started in ``rootdir`` loads before any test is collected,
+    the way pytest finds its initial conftests: in each of ``anchors`` (its arguments or
+    ``testpaths``; the rootdir itself always) and each parent up to the rootdir, and in each
+    ``test*`` folder of those. ``pytest --ralph`` loads them into the loop's own process, before
+    pytest-ralph can check anything: :func:`pytest_ralph.verified.check_loop_conftests`
+    compares them with the last run's before pytest loads them."""
+    root = rootdir.resolve()
+    folders: dict[Path, None] = {}
+    for anchor in (root, *anchors):
+        here = anchor.resolve()
+        if here != root and root not in here.parents:
+            continue
+        for folder in _chain(here, root):
+            folders[folder] = None
+        try:
+            for sub in sorted(here.iterdir()):
+                if sub.name.startswith("test") and sub.is_dir():
+                    folders[sub.resolve()] = None
+        except OSError:
+            continue
+    pairs: list[tuple[str, str]] = []
+    for folder in folders:
+        path = folder / "conftest.py"
+        digest = _file_digest(path)
+        if digest != ABSENT:
+            pairs.append((_rel(path, root), digest))
+    pairs.sort()
+    listing = tuple(f"{name}\t{digest[:16]}" for name, digest in pairs)
+    return hashlib.sha256(json.dumps(pairs).encode()).hexdigest(), listing
 
 
 def _command_files(command: str, rootdir: Path) -> list[Path]:
@@ -907,8 +1124,10 @@ def _listing_detail(subject: str, before: Sequence[str], after: Sequence[str]) -
     """What changed between two name lists of the folder ``subject``: ``added a, b;
     removed c; changed d`` (paths relative to the rootdir; at most :data:`_DETAIL_NAMES`
     names, then ``+N more``)."""
-    what = next((w for w in (_FILES, _MODULES, _STDLIB) if subject.endswith(w)), "")
-    base = subject[len("folder "):len(subject) - len(what)].rstrip("/") or "/"
+    what = next((w for w in (_FILES, _MODULES, _STDLIB, SHADOWS, _LOOP_CONFTESTS_WHAT)
+                 if subject.endswith(w)), "")
+    base = (subject[len("folder "):len(subject) - len(what)].rstrip("/") or "/"
+            if subject.startswith("folder ") else ".")
 
     def parse(listing: Sequence[str]) -> dict[str, str]:
         if what == _FILES:

@@ -96,10 +96,22 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests() -> None:
-    """On a pytest-xdist worker of a check phase, before the first ``conftest.py`` loads: put
-    the rootdir (the working directory) where the check phase's launcher put it, as
-    ``python -m pytest`` has it (:data:`pytest_ralph.checkrun.PYTEST_LAUNCHER`)."""
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Before the first ``conftest.py`` loads.
+
+    For ``pytest --ralph``: refuse (usage error, exit 4) to load ``conftest.py`` files that
+    changed since the last run's verified snapshot, unless ``--ralph-accept-changes`` or
+    ``--ralph-allow-criteria-edits``: they would run inside the loop itself
+    (:func:`pytest_ralph.verified.check_loop_conftests`).
+
+    On a pytest-xdist worker of a check phase: put the rootdir (the working directory) where
+    the check phase's launcher put it, as ``python -m pytest`` has it
+    (:data:`pytest_ralph.checkrun.PYTEST_LAUNCHER`).
+
+    Raises:
+        pytest.UsageError: a changed ``conftest.py`` for ``--ralph``.
+    """
+    _check_loop_conftests(early_config)
     anchor = os.environ.pop(WORKER_ROOTDIR_ENV, None)  # not for what the worker starts
     if anchor is None or not os.environ.get("PYTEST_XDIST_WORKER"):
         return
@@ -111,6 +123,66 @@ def pytest_load_initial_conftests() -> None:
     else:
         return
     sys.path.insert(sys.path.index(anchor) if anchor in sys.path else 0, cwd)
+
+
+def loop_anchors(config: pytest.Config) -> tuple[Path, ...]:
+    """Where the loop's own pytest looks for its initial ``conftest.py`` files: the
+    invocation folder, its path arguments and ``testpaths`` (see
+    :func:`pytest_ralph.oracle.loop_conftests`)."""
+    base = config.invocation_params.dir
+    out = [base]
+    for arg in config.invocation_params.args:
+        text = str(arg)
+        if not text.startswith("-") and (base / text.split("::")[0]).exists():
+            out.append(base / text.split("::")[0])
+    with contextlib.suppress(ValueError, KeyError):
+        out += [config.rootpath / str(p) for p in config.getini("testpaths") or ()]
+    return tuple(dict.fromkeys(p.resolve() for p in out))
+
+
+#: ``sys.path[0]`` when this module was imported: ``""`` or the working folder under
+#: ``python -m pytest``.
+_FIRST_PATH = sys.path[0] if sys.path else None
+
+
+def _started_unsafely(config: pytest.Config) -> list[str]:
+    """A warning when the loop was started as ``python -m pytest`` without ``-P``: the project
+    was first on ``sys.path`` before pytest and its plugins were imported, so a module the
+    agent adds there (``pytest.py``, ``pluggy/``, a plugin named in ``addopts``) would be
+    imported into the loop itself by the next such start."""
+    first = _FIRST_PATH
+    if first is None or getattr(sys.flags, "safe_path", False):
+        return []
+    try:
+        here = os.path.realpath(first or os.curdir)
+    except (OSError, ValueError):
+        return []
+    root = os.path.realpath(config.rootpath)
+    if here != root and not here.startswith(root.rstrip(os.sep) + os.sep):
+        return []
+    return ["pytest-ralph: warning: started as `python -m pytest`, which puts the project "
+            "first on sys.path before pytest and its plugins load: a module the agent writes "
+            "there would run inside the next loop you start this way; start it with the "
+            "`pytest` command (or `python -P -m pytest` on Python 3.11+)"]
+
+
+def _check_loop_conftests(config: pytest.Config) -> None:
+    """The ``--ralph`` part of :func:`pytest_load_initial_conftests`."""
+    ns = config.known_args_namespace
+    if _is_child() or not getattr(ns, "ralph", False) or getattr(
+            ns, "ralph_accept_changes", None) or getattr(ns, "ralph_allow_criteria_edits", None):
+        return
+    from .verified import check_loop_conftests
+
+    try:
+        settings = _resolve_settings(config, ns)  # not cached: the parse is not complete
+    except pytest.UsageError:
+        return  # reported when the loop starts
+    if settings.accept_changes or settings.allow_criteria_edits:
+        return
+    why = check_loop_conftests(settings.dir, config.rootpath, loop_anchors(config))
+    if why:
+        raise pytest.UsageError(f"pytest-ralph: {why}")
 
 
 def pytest_plugin_registered(plugin: object, manager: pytest.PytestPluginManager) -> None:
@@ -158,7 +230,8 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
                             metavar="ID", help=help_text)
         else:
             group.addoption(spec.cli, action="store", dest=spec.dest, default=None,
-                            metavar=spec.metavar or _METAVARS.get(spec.kind, "VALUE"),
+                            metavar=spec.metavar or ("|".join(spec.choices) if spec.choices
+                                                     else _METAVARS.get(spec.kind, "VALUE")),
                             help=help_text)
     group.addoption("--ralph-dry-run", action="store_true", default=False,
                     help="Print the first prompt and the agent's argv; run nothing. "
@@ -201,7 +274,7 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
         ini_help = f"pytest-ralph: {spec.help} (env {spec.env}) {default_text(spec)}"
         if spec.kind == "list":
             parser.addini(spec.ini, ini_help, type="args")
-        elif spec.kind == "mapping":
+        elif spec.kind in ("mapping", "paths"):
             parser.addini(spec.ini, ini_help, type="linelist")
         else:  # unset is None; settings.resolve() then falls back to the default
             parser.addini(spec.ini, ini_help, type=_ini_type(spec.kind), default=None)
@@ -221,12 +294,14 @@ def _ini_type(kind: str) -> Any:
     return native.get(kind, "string")
 
 
-_METAVARS = {"path": "PATH", "str": "CMD|PRESET", "int": "N", "float": "SECONDS",
-             "choice": "all|claims"}
+_METAVARS = {"path": "PATH", "str": "CMD|PRESET", "int": "N", "float": "SECONDS"}
 
 
-def _resolve_settings(config: pytest.Config) -> Settings:
-    cli = {spec.name: config.getoption(spec.dest, None) for spec in SPECS if spec.cli}
+def _resolve_settings(config: pytest.Config, namespace: Any = None) -> Settings:
+    if namespace is None:
+        cli = {spec.name: config.getoption(spec.dest, None) for spec in SPECS if spec.cli}
+    else:  # before the command line is parsed in full: what pytest's early parse found
+        cli = {spec.name: getattr(namespace, spec.dest, None) for spec in SPECS if spec.cli}
     try:
         return resolve(
             cli=cli, env=os.environ, ini=config.getini,
@@ -310,8 +385,6 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     check_hook_names(config.pluginmanager)
     from .loop import EXIT_INTERNAL, Loop, run_loop
 
-    for line in settings_lines(config, settings, "pytest-ralph: settings: "):
-        _out(line)
     xml = config.getoption("xmlpath", None)
     loop = Loop(settings, rootdir=config.rootpath, inifile=config.inipath,
                 keyword=config.getoption("keyword", "") or "",
@@ -321,7 +394,10 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
                 new_run=bool(config.getoption("ralph_new")),
                 pythonpath=tuple(Path(p) for p in _ini_pythonpath(config)),
                 child_args=child_args(config.invocation_params.args),
-                hooks=ConfigHooks(config))
+                hooks=ConfigHooks(config),
+                banner=(*_started_unsafely(config),
+                        *settings_lines(config, settings, "pytest-ralph: settings: ")),
+                loop_anchors=loop_anchors(config))
     said: list[str] = []
 
     def err(text: str) -> None:

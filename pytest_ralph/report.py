@@ -145,6 +145,7 @@ def render_report(run: RunRecord) -> str:
         f"- PRD: `{run.prd.path}` ({run.prd.format})",
         *_dialect_lines(run.prd),
         f"- Agent: `{shlex.join(run.argv)}`",
+        *([f"- Sandbox: {run.confinement}"] if run.confinement else []),
         f"- Iterations: {n_iter} of at most {s.max_iterations}; breaker after {s.breaker} "
         f"identical failures",
         f"- Criteria: {len(last.passing)}/{total} passing"

@@ -75,6 +75,8 @@ class CheckResults:
             PRD, a child pytest that crashed); each is a failure of the phase.
         exitstatus: the child pytest's exit status (``-1`` when unknown).
         duration: seconds the phase took.
+        imports: what the phase's Python processes imported, when the loop asked (one dict
+            per process, see :data:`pytest_ralph.checkrun.IMPORTS_ENV`); never stored.
     """
 
     criteria: tuple[CriterionResult, ...]
@@ -82,6 +84,7 @@ class CheckResults:
     exitstatus: int = -1
     duration: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    imports: tuple[dict[str, Any], ...] = field(default=(), compare=False, repr=False)
 
     @property
     def failing(self) -> list[CriterionResult]:

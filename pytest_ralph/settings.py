@@ -10,6 +10,7 @@ values, the environment and the ini values.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 from .checks import DEFAULT_CHECK_TIMEOUT
 from .model import fold_text
 from .prd import MAX_PRD_BYTES
+from .sandbox import SANDBOX_MODES
 
 
 class SettingsError(ValueError):
@@ -32,13 +34,15 @@ class Spec:
         name: the setting's name (``max_iterations``); ini ``ralph_<name>``, environment
             ``PYTEST_RALPH_<NAME>``.
         help: one line for ``pytest --help``.
-        kind: ``str``, ``path``, ``int``, ``float``, ``bool``, ``list``, ``choice`` (one of
-            :data:`GATE_MODES`), ``mapping`` (``text = command`` lines) or ``workers`` (an
-            integer from ``low`` to ``high``, or :data:`AUTO_WORKERS`).
+        kind: ``str``, ``path``, ``paths`` (one path per ini line; separated by
+            ``os.pathsep`` in the environment), ``int``, ``float``, ``bool``, ``list``,
+            ``choice`` (one of ``choices``), ``mapping`` (``text = command`` lines) or
+            ``workers`` (an integer from ``low`` to ``high``, or :data:`AUTO_WORKERS`).
         default: the value when no source sets it.
         cli: the command-line option, or ``""`` for ini/environment only.
         low, high: inclusive bounds of a number (``low`` exclusive for ``float``).
         metavar: the option's value name in ``--help`` ("" for the kind's default).
+        choices: the values of a ``choice`` setting.
     """
 
     name: str
@@ -49,6 +53,7 @@ class Spec:
     low: float | None = None
     high: float | None = None
     metavar: str = ""
+    choices: tuple[str, ...] = ()
 
     @property
     def ini(self) -> str:
@@ -65,6 +70,9 @@ class Spec:
         """The argparse destination of the command-line option."""
         return self.ini
 
+
+#: Values of ``gate``.
+GATE_MODES = ("all", "claims")
 
 SPECS: tuple[Spec, ...] = (
     Spec("prd", "PRD file to work on; unset: the first prd.json, prd.jsonc, prd.yaml or "
@@ -102,6 +110,14 @@ SPECS: tuple[Spec, ...] = (
     Spec("allow_criteria_edits", "Let the agent change the criteria and the tests, schemas "
          "and modules that check them without failing them (the oracle-integrity guard only "
          "reports the changes).", "bool", False, "--ralph-allow-criteria-edits"),
+    Spec("accept_changes", "Start a new run even when the criteria or the files that judge "
+         "them differ from the last run's verified snapshot (the changes become the new "
+         "reference).", "bool", False, "--ralph-accept-changes"),
+    Spec("sandbox", "Confine each agent run and each check phase with bubblewrap: 'auto' "
+         "(where bwrap works), 'required' (its absence is a usage error) or 'off'.", "choice",
+         "auto", "--ralph-sandbox", choices=SANDBOX_MODES),
+    Spec("sandbox_writable", "More paths the sandboxed agent and check phases may write, one "
+         "per line (os.pathsep between them in the environment).", "paths", ()),
     Spec("dir", "State folder, relative to the rootdir.", "path", ".pytest_ralph"),
     Spec("prompt", "Prompt template file.", "path", None),
     Spec("check_timeout", "Default seconds a `run` criterion may take.", "float",
@@ -111,7 +127,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("max_prd_bytes", "Refuse PRD files larger than this many bytes.", "int", MAX_PRD_BYTES,
          "", 1, 2**40),
     Spec("gate", "What fails the gate: 'all' (any failing criterion) or 'claims' (only the "
-         "criteria of stories that say passes: true).", "choice", "all", "--ralph-gate"),
+         "criteria of stories that say passes: true).", "choice", "all", "--ralph-gate",
+         choices=GATE_MODES),
     Spec("checks", "Commands for text criteria, one 'criterion text = shell command' per line "
          "(text matched ignoring case and spacing).", "mapping", ()),
     Spec("verifier", "Judge command for text criteria that ralph_checks does not map: gets "
@@ -126,9 +143,6 @@ SPECS: tuple[Spec, ...] = (
 )
 
 SPEC_BY_NAME = {s.name: s for s in SPECS}
-
-#: Values of ``gate``.
-GATE_MODES = ("all", "claims")
 
 #: The ``workers`` value that lets pytest-xdist pick the number (``-n auto``).
 AUTO_WORKERS = "auto"
@@ -159,6 +173,9 @@ class Settings:
     story: tuple[str, ...]
     strict: bool
     allow_criteria_edits: bool
+    accept_changes: bool
+    sandbox: str
+    sandbox_writable: tuple[Path, ...]
     dir: Path
     prompt: Path | None
     check_timeout: float
@@ -233,7 +250,8 @@ def to_json(settings: Settings) -> dict[str, Any]:
         if isinstance(value, Path):
             value = str(value)
         elif isinstance(value, tuple):
-            value = [list(v) if isinstance(v, tuple) else v for v in value]
+            value = [list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v
+                     for v in value]
         out[spec.name] = value
     return out
 
@@ -253,12 +271,14 @@ def from_json(data: Mapping[str, Any], source: str) -> Settings:
     values: dict[str, Any] = {}
     for spec in SPECS:
         raw = data.get(spec.name)
-        if raw is None or (spec.kind in ("list", "mapping") and not raw):
+        if raw is None or (spec.kind in ("list", "mapping", "paths") and not raw):
             values[spec.name] = spec.default
         elif spec.kind == "mapping":
             values[spec.name] = tuple((str(k), str(v)) for k, v in raw)
         elif spec.kind == "path":
             values[spec.name] = Path(str(raw))
+        elif spec.kind == "paths":
+            values[spec.name] = tuple(Path(str(x)) for x in raw)
         else:
             values[spec.name] = _convert(spec, raw, source, Path.cwd())
     if values["dir"] is None:
@@ -301,9 +321,22 @@ def _convert(spec: Spec, raw: Any, source: str, base: Path) -> Any:
         raise bad("true or false")
     if spec.kind == "choice":
         text = str(raw).strip().lower()
-        if text not in GATE_MODES:
-            raise bad(" or ".join(repr(m) for m in GATE_MODES))
+        if text not in spec.choices:
+            raise bad(" or ".join(repr(m) for m in spec.choices))
         return text
+    if spec.kind == "paths":
+        items = raw if isinstance(raw, (list, tuple)) else (
+            str(raw).split(os.pathsep) if source.startswith("environment") else
+            str(raw).splitlines())
+        out_paths: list[Path] = []
+        for item in (str(x).strip() for x in items):
+            if not item or item.startswith("#"):
+                continue
+            if "\0" in item:
+                raise bad("paths without NUL characters")
+            p = Path(item).expanduser()
+            out_paths.append(p if p.is_absolute() else base / p)
+        return tuple(dict.fromkeys(out_paths))
     if spec.kind == "workers":
         text = str(raw).strip().lower()
         if text == AUTO_WORKERS:

@@ -66,7 +66,9 @@ class Project:
         self.bin = root / "bin"
         self.root.mkdir()
         self.bin.mkdir()
-        self.plan = root / "plan.json"
+        # Beside the fake CLI: the folder of an agent command's own files stays writable in
+        # the sandbox (the rest of /tmp is private to the agent).
+        self.plan = self.bin / "plan.json"
         (self.root / "prd.json").write_text(json.dumps(
             {"project": "fake", "userStories": stories}, indent=2))
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_RALPH")}

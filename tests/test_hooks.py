@@ -449,7 +449,8 @@ def test_fingerprint_hook_lets_the_breaker_see_the_same_failure(
                 return "the mood is wrong"
         """)
     tripped = pytester.runpytest_subprocess("--ralph", "--ralph-agent", command,
-                                            "--ralph-max-iterations", "4", "--ralph-new")
+                                            "--ralph-max-iterations", "4", "--ralph-new",
+                                            "--ralph-accept-changes")
     assert tripped.ret == 6, tripped.stdout.str()
     tripped.stdout.fnmatch_lines(["*identical-failure streak 3/3",
                                   "pytest-ralph: breaker (exit 6) after 3 iterations*"])
@@ -476,8 +477,10 @@ def test_stop_hook_can_stop_early_and_can_keep_going(
         def pytest_ralph_should_stop(context):
             return GO_ON  # never give up: only the iteration limit ends the run
         """)
+    # The conftest.py judges the criteria: changed since the last run, it must be accepted.
     kept = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass",
-                                         "--ralph-new", "--ralph-max-iterations", "4")
+                                         "--ralph-new", "--ralph-max-iterations", "4",
+                                         "--ralph-accept-changes")
     assert kept.ret == 1, kept.stdout.str()
     kept.stdout.fnmatch_lines(["*identical-failure streak 3/3",
                                "  Blocked: US-001: the same failure * no story left to work on",

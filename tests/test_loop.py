@@ -244,29 +244,46 @@ def _alive(pid: int) -> bool:
 
 
 HANGING_AGENT = """
-import subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-with open("grandchild.pid", "w") as f:
-    f.write(str(child.pid))
+import pathlib, subprocess, sys, time
+pathlib.Path("beat.py").write_text(
+    "import sys, time\\nwhile True:\\n    open(sys.argv[1], 'a').write('.')\\n"
+    "    time.sleep(0.05)\\n")
+py = sys.executable
+subprocess.Popen([py, "beat.py", "child.beat"])
+subprocess.Popen(["setsid", py, "beat.py", "setsid.beat"])
+subprocess.Popen(["sh", "-c", f"({py} beat.py double.beat &) &"])
 time.sleep(300)
 """
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def _still_beating(path: Path) -> bool:
+    """Whether a heartbeat file still grows (its writer is alive), over half a second."""
+    before = path.stat().st_size
+    time.sleep(0.5)
+    return path.stat().st_size != before
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="setsid and the supervisor are Linux's")
+@pytest.mark.parametrize("sandbox", ["required", "off"])
 def test_hanging_agent_and_its_grandchild_are_killed_at_the_timeout(
         pytester: pytest.Pytester, write_prd: Callable[..., Path],
-        agent: Callable[[str, str], str]) -> None:
+        agent: Callable[[str, str], str], sandbox: str) -> None:
+    """Every descendant of a timed-out agent dies with it: a child, a grandchild that called
+    setsid, a double-forked one; confined (a PID namespace) or not (the supervisor)."""
     write_prd(story("US-001", *files_criteria("never.txt")))
     start = time.monotonic()
     result = pytester.runpytest_subprocess("--ralph", "--ralph-agent",
                                            agent("hang.py", HANGING_AGENT),
-                                           "--ralph-agent-timeout", "1.5",
-                                           "--ralph-max-iterations", "1")
+                                           "--ralph-agent-timeout", "2",
+                                           "--ralph-max-iterations", "1",
+                                           "-o", f"ralph_sandbox={sandbox}")
     elapsed = time.monotonic() - start
     assert result.ret == 1, result.stdout.str()
     assert elapsed < 60
-    pid = int((pytester.path / "grandchild.pid").read_text())
-    assert not _alive(pid), f"grandchild {pid} survived the agent timeout"
+    for name in ("child.beat", "setsid.beat", "double.beat"):
+        beat = pytester.path / name
+        assert beat.exists(), f"{name} never started: {result.stdout.str()}"
+        assert not _still_beating(beat), f"{name}: a descendant survived the agent timeout"
     result.stdout.fnmatch_lines(["  Tried: agent `python*` timed out (process group killed) in *"])
     data = run_json(pytester)
     assert data["iterations"][1]["agent"]["outcome"] == "timeout"  # type: ignore[index]
@@ -629,27 +646,26 @@ def test_a_closed_stdout_does_not_stop_the_loop(pytester: pytest.Pytester,
     assert "- Outcome: **complete**" in report_text(pytester)
 
 
-SLOW_CHECK = {"text": "slow", "run": "echo $$ > check.pid; sleep 300"}
+SLOW_CHECK = {"text": "slow", "run": "while true; do echo . >> check.beat; sleep 0.05; done"}
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+@pytest.mark.skipif(sys.platform != "linux", reason="setsid and the supervisor are Linux's")
+@pytest.mark.parametrize("sandbox", ["required", "off"])
 def test_ctrl_c_during_a_check_leaves_no_process(pytester: pytest.Pytester,
-                                                 write_prd: Callable[..., Path]) -> None:
+                                                 write_prd: Callable[..., Path],
+                                                 sandbox: str) -> None:
     write_prd(story("US-001", SLOW_CHECK))
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "--ralph", "--ralph-agent",
-                             f"{PY} -c pass"], cwd=pytester.path, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-    wait_for(pytester.path / "check.pid")
+                             f"{PY} -c pass", "-o", f"ralph_sandbox={sandbox}"],
+                            cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    wait_for(pytester.path / "check.beat")
     time.sleep(0.3)
-    pid = int((pytester.path / "check.pid").read_text())
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2, out.decode()
     assert b"interrupted during the baseline check" in out
-    deadline = time.monotonic() + 5
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(pid), "the check's shell survived the interrupt"
+    assert not _still_beating(pytester.path / "check.beat"), \
+        "the check's shell survived the interrupt"
 
 
 def test_deselect_selects_criteria_for_the_loop(pytester: pytest.Pytester,

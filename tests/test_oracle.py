@@ -733,8 +733,8 @@ CHEATPLUG = ("import pytest\n@pytest.hookimpl(hookwrapper=True)\n"
 def test_agent_adds_a_config_file_beside_a_linked_test(pytester: pytest.Pytester,
                                                        write_prd: Callable[..., Path],
                                                        agent: Callable[[str, str], str]) -> None:
-    # The pytest check runs `pytest tests/test_feature.py` with no -c: tests/pytest.ini is the
-    # first configuration file it finds, and its addopts load a plugin that forces passes.
+    # Without -c, tests/pytest.ini would be the first configuration file the pytest check's
+    # pytest finds, and its addopts would load a plugin that forces passes.
     (pytester.path / "tests").mkdir()
     (pytester.path / "tests" / "test_feature.py").write_text(FAILING_TEST)
     write_prd(story("US-001", {"text": "feature works", "pytest": "tests/test_feature.py"}))
@@ -749,10 +749,13 @@ def test_agent_adds_a_config_file_beside_a_linked_test(pytester: pytest.Pytester
         ["*Criteria changed: pytest configuration tests/pytest.ini added*"])
     assert "| 1 | pytest configuration tests/pytest.ini | added | US-001::AC1 |" in report_text(
         pytester)
-    # The cheat is real: with the guard waived, the failing test "passes" and the run ends.
+    # Issue 20: the check is pinned to the project's configuration (-c), so even with the
+    # guard waived the planted file configures nothing and the test still fails.
     result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd,
-                                           "--ralph-allow-criteria-edits")
-    assert result.ret == 0, result.stdout.str()
+                                           "--ralph-allow-criteria-edits",
+                                           "--ralph-max-iterations", "1")
+    assert result.ret == 1, result.stdout.str()
+    result.stdout.fnmatch_lines(["*Result: failure: 1 criterion failing (US-001::AC1)"])
 
 
 def test_restoring_the_oracle_lets_the_run_complete(pytester: pytest.Pytester,
@@ -847,9 +850,12 @@ def test_the_verifier_script_is_guarded_for_text_criteria(tmp_path: Path) -> Non
     assert compare(start, now) == [Change("file judge.py", "changed", ("US-1::AC1",))]
 
 
-def test_a_new_run_warns_about_changes_the_last_run_left(
+def test_a_new_run_refuses_a_weakened_oracle_the_last_run_left(
         pytester: pytest.Pytester, write_prd: Callable[..., Path],
         agent: Callable[[str, str], str]) -> None:
+    """Issue 20: an agent weakens the test, the run stops (here at its limit; a killed
+    controller leaves the same), and a new run (--ralph-new) must not take the weakened test as
+    its reference: it says what changed (a diff stat) and refuses, unless the user accepts."""
     pytester.makepyfile(test_feature=FAILING_TEST)
     write_prd(story("US-001", {"text": "feature works", "pytest": "test_feature.py"}))
     cmd = write_agent(agent, "import pathlib\npathlib.Path('test_feature.py')"
@@ -857,15 +863,26 @@ def test_a_new_run_warns_about_changes_the_last_run_left(
     result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd,
                                            "--ralph-max-iterations", "1")
     assert result.ret == 1, result.stdout.str()
-    # The next run starts from the weakened test: it says so, and the report keeps it.
-    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd)
+    for extra in ((), ("--ralph-new",)):
+        result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd, *extra)
+        assert result.ret == 4, result.stdout.str() + result.stderr.str()
+        result.stderr.fnmatch_lines([
+            "pytest-ralph: the criteria or the files that judge them changed since the last "
+            "run * (limit) started:",
+            "  test_feature.py | * +* -*",
+            "*if you made these changes, rerun with --ralph-accept-changes*"])
+    assert len(list((pytester.path / ".pytest_ralph" / "runs").iterdir())) == 1
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd,
+                                           "--ralph-accept-changes")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines([
-        "pytest-ralph: warning: the criteria changed since the last run * (limit) started: "
-        "file test_feature.py changed; this run takes them as they are now*"])
+        "pytest-ralph: the criteria or the files that judge them changed since the last run "
+        "* (limit) started, accepted (--ralph-accept-changes):",
+        "  test_feature.py | *"])
     reports = (pytester.path / ".pytest_ralph" / "reports").glob("ralph-demo-*-2.md")
     (second,) = reports
     assert "## Warnings" in second.read_text()
+    assert "accepted with --ralph-accept-changes" in second.read_text()
 
 
 # Detached from the agent's process group: rewrites every check.json it can find so that all
@@ -945,40 +962,65 @@ def test_agent_shadows_a_standard_library_module_pytest_imports_late(
     assert not (pytester.path / "build.txt").exists()
 
 
-# Swaps the bytecode the run's private cache holds for the guarded test: same header, a test
-# that always passes.
-PYC_SWAP = r"""
-import glob, marshal, os
-root = os.getcwd()
-caches = ["/tmp/pytest-ralph-pycache-*", os.environ.get("PYTEST_RALPH_PYCACHE") or "/nowhere"]
-for path in [p for c in caches for p in glob.glob(c + root + "/test_feature*.pyc")]:
-    header = open(path, "rb").read()[:16]
-    code = compile("def test_feature():\n    pass\n", os.path.join(root, "test_feature.py"),
-                   "exec")
-    open(path, "wb").write(header + marshal.dumps(code))
-    print("swapped", path)
+# Plants, where a check phase's PYTHONPYCACHEPREFIX would find it (the shared folder, and
+# any run's own folder it can see), bytecode for the installed _pytest/reports.py: the real
+# source's size and modification time in the header, and a patch that makes every test
+# report pass. Issue 20: this completed runs, and later an unrelated project's.
+PYC_POISON = r"""
+import glob, importlib.util, marshal, os, struct, sys
+import _pytest.reports as reports
+source = reports.__file__
+st = os.stat(source)
+header = importlib.util.MAGIC_NUMBER + struct.pack("<III", 0, int(st.st_mtime) & 0xFFFFFFFF,
+                                                    st.st_size & 0xFFFFFFFF)
+patch = (
+    "\n_real = TestReport.from_item_and_call\n"
+    "def _passed(item, call):\n"
+    "    report = _real(item, call)\n"
+    "    report.outcome = 'passed'\n"
+    "    report.longrepr = None\n"
+    "    return report\n"
+    "TestReport.from_item_and_call = staticmethod(_passed)\n")
+code = open(source).read() + patch
+name = os.path.basename(source)[:-3] + "." + sys.implementation.cache_tag + ".pyc"
+folders = [os.environ.get("PYTEST_RALPH_PYCACHE", "")] + glob.glob("/tmp/pytest-ralph-*")
+for prefix in [f for f in folders if f]:
+    target = prefix + os.path.dirname(source) + "/" + name
+    try:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as f:
+            f.write(header + marshal.dumps(compile(code, source, "exec")))
+        print("poisoned", target)
+    except OSError as exc:
+        print("could not poison", target, exc.strerror)
 """
 
 
-@pytest.mark.parametrize("cache", ["per run", "shared"])
-def test_bytecode_swapped_in_the_private_cache_is_never_loaded(
+@pytest.mark.parametrize("sandbox", ["required", "off"])
+def test_bytecode_planted_for_an_installed_module_is_never_loaded(
         pytester: pytest.Pytester, write_prd: Callable[..., Path],
-        agent: Callable[[str, str], str], cache: str,
+        agent: Callable[[str, str], str], sandbox: str,
         tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    shared = tmp_path_factory.mktemp("shared-pycache")
-    monkeypatch.setenv("PYTEST_RALPH_PYCACHE", str(shared) if cache == "shared" else "")
+    """Only the loop writes the bytecode the check phases load: confined, the agent cannot
+    write the shared folder; unconfined, the run's own folder is checked before each phase
+    and the shared one is never read."""
+    shared = tmp_path_factory.mktemp("shared-bytecode")
+    monkeypatch.setenv("PYTEST_RALPH_PYCACHE", str(shared))
     pytester.makepyfile(test_feature=FAILING_TEST)
     write_prd(story("US-001", {"text": "feature works", "pytest": "test_feature.py"}))
-    cmd = write_agent(agent, PYC_SWAP)
+    cmd = write_agent(agent, PYC_POISON)
     result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cmd,
-                                           "--ralph-max-iterations", "2")
+                                           "--ralph-max-iterations", "2",
+                                           "-o", f"ralph_sandbox={sandbox}")
     assert result.ret == 1, result.stdout.str()
     logs = "".join(p.read_text() for p in pytester.path.rglob("agent.log"))
-    assert "swapped" in logs  # the cheat found the bytecode to swap, and it did not help
-    if cache == "shared":  # installed packages' bytecode stays; the project's is gone
-        assert list(shared.rglob("_pytest/*.pyc"))
-        root = pytester.path.resolve()
-        assert not (shared / root.relative_to(root.anchor)).exists()
+    assert "poisoned " in logs, logs  # the cheat wrote somewhere, and it was never loaded
+    planted = [p for p in shared.rglob("reports.*.pyc") if b"_passed" in p.read_bytes()]
+    if sandbox == "required":  # the agent's /tmp is its own: nothing reached the real folder
+        assert planted == []
+    # Nothing of the project's own is kept in the shared folder either.
+    root = pytester.path.resolve()
+    assert not (shared / root.relative_to(root.anchor)).exists()
 
 
 def test_standard_library_names_in_ini_pythonpath_are_guarded(

@@ -1,5 +1,9 @@
 """Durable state: the SQLite history of `pytest --ralph`, resume after a crash or an interrupt,
-`--ralph-status`, `--ralph-cancel`, the loop lock, damage, and kill -9 fault injection."""
+`--ralph-status`, `--ralph-cancel`, the loop lock, damage, and kill -9 fault injection.
+
+The loops here run with the sandbox off: their agents damage the state folder on purpose
+(which a sandboxed agent cannot write, see tests/test_sandbox.py) and report their pids for the
+test to watch (a sandboxed agent has pids of its own namespace)."""
 
 from __future__ import annotations
 
@@ -36,6 +40,8 @@ if stop.exists() and stop.read_text().strip() == n:
 
 
 def ralph(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[bytes]:
+    if "--ralph" in args:
+        args = (*args, "--ralph-sandbox", "off")
     return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
                             cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 

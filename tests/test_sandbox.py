@@ -1,0 +1,388 @@
+"""The sandbox (issue 20): agent runs and check phases confined by bubblewrap.
+
+Real bubblewrap, real processes: each test runs ``pytest --ralph`` in a subprocess with a
+scripted agent (a Python script in the project) that tries to write where it may and where it
+may not, and asserts what reached the disk. CI installs bubblewrap (``.ci/run``): these tests
+never skip there (``CI`` set makes a missing ``bwrap`` a failure).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_ralph.sandbox import (
+    Sandbox,
+    SandboxError,
+    agent_confinement,
+    check_confinement,
+    cli_state_paths,
+    command_paths,
+    probe,
+    wrap,
+)
+from tests.conftest import story
+
+if sys.platform != "linux":  # pragma: no cover - bubblewrap is Linux's
+    pytest.skip("bubblewrap confines commands on Linux only", allow_module_level=True)
+if shutil.which("bwrap") is None:
+    if os.environ.get("CI"):
+        raise RuntimeError("bubblewrap is not installed: CI must install it "
+                           "(apt-get install -y bubblewrap)")
+    pytest.skip("bubblewrap is not installed", allow_module_level=True)
+
+
+def files_criterion(path: str) -> dict[str, str]:
+    return {"text": f"{path} exists", "exists": path}
+
+
+@pytest.fixture
+def home(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A home folder outside the project and outside /tmp (pytester puts HOME inside the
+    project, and /tmp is private to a confined command), as a user's is."""
+    import pwd
+    base = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".cache" / "pytest-ralph-test-homes"
+    base.mkdir(parents=True, exist_ok=True)
+    import tempfile
+    folder = Path(tempfile.mkdtemp(dir=base))
+    monkeypatch.setenv("HOME", str(folder))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("PYTEST_RALPH_PYCACHE", "")
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_loop(pytester: pytest.Pytester, agent_body: str, *args: str,
+             sandbox: str = "required") -> pytest.RunResult:
+    (pytester.path / "agent.py").write_text(agent_body, encoding="utf-8")
+    return pytester.runpytest_subprocess(
+        "--ralph", "--ralph-agent", f"{sys.executable} agent.py", "--ralph-max-iterations",
+        "1", "-o", f"ralph_sandbox={sandbox}", *args)
+
+
+# -- probe --------------------------------------------------------------------------------
+
+
+def test_probe_finds_bubblewrap_and_says_so() -> None:
+    sb = probe("auto")
+    assert sb.confined and sb.bwrap and os.path.isabs(sb.bwrap)
+    assert sb.version.startswith("bubblewrap")
+    assert sb.describe().startswith("confined by bubblewrap")
+
+
+def test_probe_off_confines_nothing_and_says_why() -> None:
+    sb = probe("off", source="--ralph-sandbox")
+    assert not sb.confined
+    assert sb.describe() == "NOT confined (ralph_sandbox = off from --ralph-sandbox)"
+    assert wrap(sb, ["true"], agent_confinement(sb, project=Path("/x"), state_dir=Path(
+        "/x/.s"))) == ["true"]
+
+
+def test_probe_without_bwrap_auto_runs_unconfined_required_refuses(tmp_path: Path) -> None:
+    env = {"PATH": str(tmp_path)}  # no bwrap there
+    sb = probe("auto", env=env)
+    assert not sb.confined
+    assert "bwrap is not installed (install bubblewrap (Debian/Ubuntu: apt-get install " \
+        "bubblewrap))" in sb.reason
+    with pytest.raises(SandboxError, match=r"ralph_sandbox = required .* cannot be confined: "
+                                           r"bwrap is not installed"):
+        probe("required", source="ini ralph_sandbox (tox.ini)", env=env)
+
+
+def test_a_bwrap_that_cannot_make_a_sandbox_is_not_taken_for_one(tmp_path: Path) -> None:
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\n"
+                    "exit 1\n")
+    fake.chmod(0o755)
+    sb = probe("auto", env={"PATH": str(tmp_path)})
+    assert not sb.confined
+    assert "cannot make a sandbox here (exit 1: bwrap: No permissions to creating new " \
+        "namespace)" in sb.reason
+
+
+def test_required_without_bwrap_is_a_usage_error_before_any_agent_runs(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    write_prd(story("US-001", files_criterion("done.txt")))
+    bin_dir = pytester.path.parent / "nobwrap"
+    bin_dir.mkdir()
+    for tool in ("sh", "true", "git"):
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    result = run_loop(pytester, "open('ran', 'w').write('x')\n")
+    assert result.ret == 4, result.stdout.str() + result.stderr.str()
+    result.stderr.fnmatch_lines(["pytest-ralph: ralph_sandbox = required from -o ralph_sandbox"
+                                 ", but the agent cannot be confined: bwrap is not installed*"])
+    assert not (pytester.path / "ran").exists()
+
+
+# -- what the agent may and may not write ---------------------------------------------------
+
+
+WRITER = r"""
+import json, os, pathlib, subprocess, sys
+out = {}
+def attempt(name, path):
+    try:
+        pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
+        pathlib.Path(path).write_text("agent was here")
+        out[name] = "written"
+    except OSError as exc:
+        out[name] = exc.strerror
+attempt("project", "done.txt")
+attempt("state folder", ".pytest_ralph/forged.txt")
+attempt("parent of the project", "../agent-parent.txt")
+attempt("home", os.path.expanduser("~/.bashrc"))
+if not os.environ.get("UNCONFINED"):  # with the sandbox off these would really be written
+    attempt("tmp", "/tmp/agent-tmp-file")
+    attempt("etc", "/etc/agent-file")
+attempt("claude config", os.path.expanduser("~/.claude/settings.json"))
+attempt("extra", os.environ.get("EXTRA_DIR", "/nonexistent") + "/x")
+out["tmpdir"] = os.environ.get("TMPDIR")
+out["processes"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+out["uid"] = os.getuid()
+out["HOME"] = os.environ.get("HOME")
+pathlib.Path("seen.json").write_text(json.dumps(out))
+"""
+
+
+def test_the_agent_writes_the_project_and_nothing_else(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path], home: Path) -> None:
+    write_prd(story("US-001", files_criterion("done.txt")))
+    result = run_loop(pytester, WRITER)
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    seen = json.loads((pytester.path / "seen.json").read_text())
+    assert seen["project"] == "written"
+    for where in ("state folder", "etc", "claude config"):
+        assert seen[where] == "Read-only file system", where
+    assert seen["home"] == "Read-only file system"
+    # The project is under /tmp here: its parent is in the agent's private /tmp (a project
+    # elsewhere has a read-only parent); either way nothing reaches the real one.
+    assert seen["parent of the project"] in ("Read-only file system", "written")
+    assert seen["tmp"] == "written"  # a private /tmp
+    assert not Path("/tmp/agent-tmp-file").exists()
+    assert seen["tmpdir"] == "/tmp"
+    assert seen["processes"][:2] == [1, 2] and len(seen["processes"]) < 10  # its own PIDs
+    assert not (pytester.path.parent / "agent-parent.txt").exists()
+    assert not (home / ".bashrc").exists()
+    result.stdout.fnmatch_lines([
+        "pytest-ralph: agent and check phases confined by bubblewrap * (the agent writes: the "
+        "project, a private /tmp; read-only: the rest, the state folder .pytest_ralph; "
+        "network on)"])
+    assert result.stdout.lines[0].startswith("pytest-ralph: agent and check phases confined")
+    (report,) = (pytester.path / ".pytest_ralph" / "reports").glob("*.md")
+    assert "- Sandbox: agent and check phases confined by bubblewrap" in report.read_text()
+
+
+def test_sandbox_off_leaves_the_agent_unconfined_and_says_so(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path], home: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    write_prd(story("US-001", files_criterion("done.txt")))
+    monkeypatch.setenv("UNCONFINED", "1")
+    result = run_loop(pytester, WRITER, sandbox="off")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    seen = json.loads((pytester.path / "seen.json").read_text())
+    assert seen["home"] == "written" and seen["parent of the project"] == "written"
+    (pytester.path.parent / "agent-parent.txt").unlink()
+    assert result.stdout.lines[0] == (
+        "pytest-ralph: agent and check phases NOT confined (ralph_sandbox = off from -o "
+        "ralph_sandbox): the agent can write anywhere you can")
+
+
+def test_the_preset_cli_state_and_ralph_sandbox_writable_are_writable(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path], home: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A preset's own folders (here ``claude``'s ``~/.claude``) are writable: the agent is a
+    fake ``claude`` on PATH, so the loop takes it for the preset."""
+    write_prd(story("US-001", files_criterion("done.txt")))
+    extra = pytester.path.parent / f"{pytester.path.name}-extra"
+    extra.mkdir()
+    bin_dir = pytester.path.parent / f"{pytester.path.name}-bin"
+    bin_dir.mkdir()
+    (pytester.path / "agent.py").write_text(WRITER)
+    claude = bin_dir / "claude"
+    claude.write_text(f"#!/bin/sh\nexec {sys.executable} {pytester.path / 'agent.py'}\n")
+    claude.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("EXTRA_DIR", str(extra))
+    result = pytester.runpytest_subprocess(
+        "--ralph", "--ralph-agent", "claude", "--ralph-max-iterations", "1",
+        "-o", "ralph_sandbox=required", "-o", f"ralph_sandbox_writable={extra}")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    seen = json.loads((pytester.path / "seen.json").read_text())
+    assert seen["claude config"] == "written"
+    assert seen["extra"] == "written"
+    assert seen["home"] == "Read-only file system"
+    assert (home / ".claude" / "settings.json").read_text() == "agent was here"
+    result.stdout.fnmatch_lines(["*confined by bubblewrap * (the agent writes: the project, a "
+                                 "private /tmp, ~/.claude, *" + str(extra) + "*"])
+
+
+def test_a_virtualenv_inside_the_project_is_read_only(tmp_path: Path) -> None:
+    """No .pth file or plugin can be planted into a .venv that lives in the project."""
+    sb = probe("required")
+    project = Path(sys.prefix).parent  # the environment running this test, taken as inside
+    confinement = agent_confinement(sb, project=project, state_dir=project / ".pytest_ralph")
+    inside = [p for p in confinement.readonly if str(p).startswith(str(Path(sys.prefix)))]
+    if Path(sys.prefix).resolve() == project.resolve():  # pragma: no cover - no venv
+        pytest.skip("the tests do not run in a virtualenv")
+    assert inside, confinement.readonly
+    argv = wrap(sb, [sys.executable, "-c", "import site, pathlib; pathlib.Path("
+                     "site.getsitepackages()[0], 'evil.pth').write_text('import os')"],
+                confinement)
+    import subprocess
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert done.returncode != 0 and "Read-only file system" in done.stderr
+    assert not any(Path(p, "evil.pth").exists() for p in __import__("site").getsitepackages())
+
+
+def test_the_network_stays_on(pytester: pytest.Pytester, write_prd: Callable[..., Path],
+                              home: Path) -> None:
+    """Agent CLIs talk to their model: a server on 127.0.0.1 answers from inside."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        conn.sendall(b"hello from the model")
+        conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    write_prd(story("US-001", files_criterion("done.txt")))
+    body = ("import socket, pathlib\ns = socket.create_connection(('127.0.0.1', "
+            f"{port}))\npathlib.Path('done.txt').write_bytes(s.recv(100))\n")
+    result = run_loop(pytester, body)
+    thread.join(10)
+    server.close()
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    assert (pytester.path / "done.txt").read_bytes() == b"hello from the model"
+
+
+# -- the check phase ------------------------------------------------------------------------
+
+
+CODE_UNDER_TEST = r'''
+import os, pathlib, site, subprocess, sys
+tried = {}
+def attempt(name, path):
+    try:
+        pathlib.Path(path).write_text("x")
+        tried[name] = "written"
+    except OSError as exc:
+        tried[name] = exc.strerror
+attempt("test file", "test_calc.py")
+attempt("state folder", ".pytest_ralph/x")
+attempt("site-packages", os.path.join(site.getsitepackages()[0], "evil.pth"))
+attempt("prd", "prd.json")
+attempt("home", os.path.expanduser("~/.bashrc"))
+attempt("bytecode", os.path.join(sys.pycache_prefix or "/nonexistent", "evil.pyc"))
+attempt("project", "built.txt")
+LATE = "import time, pathlib\ntime.sleep(1.5)\npathlib.Path('late.txt').write_text('x')"
+subprocess.Popen(["setsid", sys.executable, "-c", LATE])
+pathlib.Path("tried.txt").write_text(repr(sorted(tried.items())))
+def add(a, b):
+    return a + b
+'''
+
+
+def test_code_under_test_runs_confined_in_the_check_phase(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path], home: Path) -> None:
+    """The check phase runs the agent's code: it may write the project, not its judges (the
+    tests, the PRD), the state folder, the environment or the bytecode folder; and nothing it
+    starts outlives the phase."""
+    pytester.makepyfile(test_calc="from calc import add\ndef test_add():\n"
+                                  "    assert add(1, 2) == 3\n")
+    (pytester.path / "conftest.py").write_text("")
+    write_prd(story("US-001", {"pytest": "test_calc.py"}))
+    body = f"import pathlib\npathlib.Path('calc.py').write_text({CODE_UNDER_TEST!r})\n"
+    result = run_loop(pytester, body)
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    tried = dict(eval((pytester.path / "tried.txt").read_text()))
+    assert tried == {"test file": "Read-only file system", "state folder":
+                     "Read-only file system", "site-packages": "Read-only file system",
+                     "prd": "Read-only file system", "home": "Read-only file system",
+                     "bytecode": "Read-only file system", "project": "written"}
+    import time
+    time.sleep(2.5)
+    assert not (pytester.path / "late.txt").exists(), "a process outlived the check phase"
+
+
+# -- the confinements, as argv ---------------------------------------------------------------
+
+
+def test_read_only_paths_inside_writable_ones_come_last(tmp_path: Path) -> None:
+    sb = Sandbox("required", bwrap="/usr/bin/bwrap", version="bubblewrap 0.8.0")
+    project = tmp_path / "p"
+    (project / ".pytest_ralph").mkdir(parents=True)
+    argv = wrap(sb, ["agent"], agent_confinement(sb, project=project,
+                                                 state_dir=project / ".pytest_ralph"))
+    assert argv[:2] == ["/usr/bin/bwrap", "--die-with-parent"]
+    for flag in ("--unshare-pid", "--unshare-user", "--disable-userns"):
+        assert flag in argv
+    assert argv[argv.index("--cap-drop") + 1] == "ALL"
+    rw = argv.index("--bind-try")
+    ro = argv.index("--ro-bind-try")
+    assert argv[rw + 1] == str(project.resolve())
+    assert argv[ro + 1] == str((project / ".pytest_ralph").resolve()) and ro > rw
+    assert argv[-2:] == ["--", "agent"]
+    assert "--unshare-net" not in argv
+
+
+def test_check_confinement_keeps_the_judges_and_the_bytecode_read_only(tmp_path: Path) -> None:
+    sb = Sandbox("required", bwrap="/usr/bin/bwrap")
+    project = tmp_path / "p"
+    (project / "tests").mkdir(parents=True)
+    results = tmp_path / "results"
+    results.mkdir()
+    c = check_confinement(sb, project=project, state_dir=project / ".pytest_ralph",
+                          results=results, judges=(project / "tests",),
+                          pycache=tmp_path / "bc")
+    assert set(c.writable) >= {project, results}
+    assert set(c.readonly) >= {project / ".pytest_ralph", project / "tests", tmp_path / "bc"}
+
+
+def test_the_agent_commands_own_files_under_tmp_stay_reachable(tmp_path: Path) -> None:
+    """A scripted agent keeps its script and call log in a folder of /tmp: that folder stays
+    writable; a folder holding the project never does (its parent could configure pytest)."""
+    own = Path("/tmp") / f"pytest-ralph-test-own-{os.getpid()}"
+    own.mkdir(exist_ok=True)
+    try:
+        (own / "script.json").write_text("{}")
+        project = tmp_path / "project"
+        project.mkdir()
+        (tmp_path / "agent.py").write_text("")
+        rw, ro = command_paths(["python", "-m", "x", str(own / "script.json"),
+                                str(tmp_path / "agent.py"), f"--log={own}"], project)
+        assert rw == [own, own]
+        assert ro == [(tmp_path / "agent.py").resolve()]
+    finally:
+        shutil.rmtree(own)
+
+
+def test_cli_state_paths_follow_the_cli_environment(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path), "CLAUDE_CONFIG_DIR": str(tmp_path / "cc"),
+           "CODEX_HOME": str(tmp_path / "cx")}
+    assert cli_state_paths("claude", env)[:2] == [tmp_path / "cc", tmp_path / ".claude.json"]
+    assert cli_state_paths("codex", env) == [tmp_path / "cx"]
+    assert cli_state_paths("opencode", env)[0] == tmp_path / ".local/share/opencode"
+    assert cli_state_paths(None, env) == []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers() -> Iterator[None]:
+    yield
+    for leftover in ("/tmp/agent-tmp-file", "/etc/agent-file"):
+        assert not os.path.exists(leftover), f"{leftover} was written outside the sandbox"
