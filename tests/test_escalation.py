@@ -427,3 +427,80 @@ def test_escalate_extra_env_is_added_to_the_environment(tmp_path: Path,
                        cwd=tmp_path, log_path=log, env={"EXTRA": "added"}, timeout=30)
     assert res.ok, log.read_text()
     assert log.read_text().split() == ["inherited", "added"]
+
+
+# --- the escalation command's log ----------------------------------------------------------
+
+#: Writes to stdout and stderr (unbuffered, in order): a secret on each, then a secret that
+#: straddles the 1 MiB boundary at which the log is redacted, then a last line.
+NOISY = r"""
+import os, sys
+secret = sys.argv[1]
+os.write(1, f"out {secret} done\n".encode())
+os.write(2, f"err {secret}\n".encode())
+os.write(1, b"x" * (2**20 - 30) + secret.encode() + b"\nend\n")
+sys.exit(int(sys.argv[2]))
+"""
+
+ESC_SECRET = "sk-live-0123456789"
+
+
+def _noisy(tmp_path: Path, code: int = 0) -> str:
+    script = tmp_path / "noisy.py"
+    script.write_text(NOISY, encoding="utf-8")
+    return f"{sys.executable} {script} {ESC_SECRET} {code}"
+
+
+def _expected_log(name: str) -> bytes:
+    mark = f"[redacted ${name}]".encode()
+    return (b"out " + mark + b" done\nerr " + mark + b"\n" + b"x" * (2**20 - 30) + mark
+            + b"\nend\n")
+
+
+@posix_only
+@pytest.mark.parametrize("code", [0, 3])
+def test_escalate_log_holds_the_output_with_secrets_redacted(tmp_path: Path,
+                                                              code: int) -> None:
+    log = tmp_path / "run" / "escalate.log"
+    log.parent.mkdir()
+    res = run_escalate(_noisy(tmp_path, code), "{}", cwd=tmp_path, log_path=log, timeout=60,
+                       redact=Redactor({ESC_SECRET: "API_KEY"}))
+    assert res.ok is (code == 0), res.summary
+    data = log.read_bytes()
+    assert ESC_SECRET.encode() not in data
+    assert data == _expected_log("API_KEY")
+    assert sorted(p.name for p in log.parent.iterdir()) == ["escalate.log"]  # no leftover
+
+
+@posix_only
+def test_escalate_log_of_a_timed_out_command_is_redacted(tmp_path: Path) -> None:
+    log = tmp_path / "escalate.log"
+    res = run_escalate(f"echo before {ESC_SECRET}; sleep 30", "{}", cwd=tmp_path,
+                       log_path=log, timeout=1, redact=Redactor({ESC_SECRET: "GH_TOKEN"}))
+    assert not res.ok and "timed out" in res.summary
+    assert log.read_bytes() == b"before [redacted $GH_TOKEN]\n"
+
+
+@posix_only
+@pytest.mark.parametrize("redact", [None, Redactor({})], ids=["none", "no-secrets"])
+def test_escalate_log_without_secrets_to_redact_is_the_output(tmp_path: Path,
+                                                              redact: Redactor | None) -> None:
+    log = tmp_path / "escalate.log"
+    res = run_escalate(_noisy(tmp_path), "{}", cwd=tmp_path, log_path=log, timeout=60,
+                       redact=redact)
+    assert res.ok, res.summary
+    assert log.read_bytes() == _expected_log("API_KEY").replace(
+        b"[redacted $API_KEY]", ESC_SECRET.encode())
+
+
+@posix_only
+def test_escalate_log_redacts_with_a_fresh_stream(tmp_path: Path) -> None:
+    # A redactor that already holds back the start of a secret from another stream must not
+    # leak those bytes into this log.
+    redact = Redactor({ESC_SECRET: "API_KEY"})
+    assert redact.stream(b"prefix sk-live-") == b""  # all held back
+    log = tmp_path / "escalate.log"
+    res = run_escalate(_noisy(tmp_path), "{}", cwd=tmp_path, log_path=log, timeout=60,
+                       redact=redact)
+    assert res.ok, res.summary
+    assert log.read_bytes() == _expected_log("API_KEY")
