@@ -9,7 +9,7 @@ these pin each boundary without a subprocess, so that the mutation tests
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import FrozenInstanceError, replace
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +196,18 @@ def test_bad_decisions_are_refused_with_the_whole_message(args: tuple[Any, ...],
     with pytest.raises(ValueError) as info:
         StopDecision(*args)
     assert str(info.value) == message
+
+
+def test_a_hook_cannot_change_the_context_or_a_decision_in_place() -> None:
+    # The loop goes on using the context it handed to pytest_ralph_should_stop, and GO_ON is
+    # shared by every run: neither may be changed by a plugin.
+    c = ctx()
+    with pytest.raises(FrozenInstanceError):
+        c.streak = 0  # type: ignore[misc]
+    with pytest.raises(FrozenInstanceError):
+        GO_ON.stop = True  # type: ignore[misc]
+    assert c.streak == 1 and GO_ON.stop is False
+    assert c.blocked == {} and c.newly_blocked == () and c.all_blocked is False
 
 
 # --- LoopHooks: the built-in extension points ---------------------------------------------
