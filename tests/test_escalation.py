@@ -504,3 +504,35 @@ def test_escalate_log_redacts_with_a_fresh_stream(tmp_path: Path) -> None:
                        redact=redact)
     assert res.ok, res.summary
     assert log.read_bytes() == _expected_log("API_KEY")
+
+
+class _FailingRedactor(Redactor):
+    """A redactor whose stream fails (as a full disk would) once it has written a chunk."""
+
+    def fresh(self) -> Redactor:
+        return _FailingRedactor(self.secrets)
+
+    def stream(self, chunk: bytes) -> bytes:
+        if getattr(self, "_written", False):
+            raise OSError(28, "No space left on device")
+        self._written = True
+        return super().stream(chunk)
+
+
+@posix_only
+def test_escalate_log_whose_redaction_fails_leaves_no_partial_copy(tmp_path: Path) -> None:
+    log = tmp_path / "run" / "escalate.log"
+    log.parent.mkdir()
+    res = run_escalate(_noisy(tmp_path), "{}", cwd=tmp_path, log_path=log, timeout=60,
+                       redact=_FailingRedactor({ESC_SECRET: "API_KEY"}))
+    assert res.ok, res.summary  # the command's own outcome; never raises
+    assert sorted(p.name for p in log.parent.iterdir()) == ["escalate.log"]
+
+
+@posix_only
+def test_escalate_command_that_deletes_its_log_does_not_raise(tmp_path: Path) -> None:
+    log = tmp_path / "escalate.log"
+    res = run_escalate(f"rm {log}; echo {ESC_SECRET}", "{}", cwd=tmp_path, log_path=log,
+                       timeout=60, redact=Redactor({ESC_SECRET: "API_KEY"}))
+    assert res.ok, res.summary
+    assert not log.exists() and list(tmp_path.iterdir()) == []

@@ -105,13 +105,15 @@ def test_a_newly_blocked_story_changes_course_instead_of_tripping() -> None:
 
 
 def test_all_blocked_stops_naming_each_story_and_why() -> None:
-    c = ctx(results=failing("US-2", "US-1", "US-2"), all_blocked=True,
-            blocked={"US-1": "worked on in 4 iterations", "US-2": "the same failure"},
-            newly_blocked=("US-1",))
+    # Stories named once each, in id order, whatever the order of their failing criteria
+    # (six of them: a set's order, which follows the hash seed, is never sorted by chance).
+    ids = ["US-6", "US-2", "US-5", "US-1", "US-4", "US-3", "US-2"]
+    why = {sid: f"stuck {sid[-1]}" for sid in ids}
+    c = ctx(results=failing(*ids), all_blocked=True, blocked=why, newly_blocked=("US-1",))
     got = decide_stop(c)
     assert got == StopDecision(
-        True, "every remaining story is blocked (US-1: worked on in 4 iterations; US-2: the "
-              "same failure)", "breaker", escalate="all-blocked")
+        True, "every remaining story is blocked (US-1: stuck 1; US-2: stuck 2; US-3: stuck 3; "
+              "US-4: stuck 4; US-5: stuck 5; US-6: stuck 6)", "breaker", escalate="all-blocked")
     assert got.exit_code == 6
 
 

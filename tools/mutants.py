@@ -23,8 +23,9 @@ Docstrings, annotations, ``if TYPE_CHECKING:`` blocks and ``__all__`` are not mu
 mutant that does not compile, or that is the same text as the original or as an earlier
 mutant, is dropped.
 
-Each mutant is tested in a private copy of the project (a temporary folder, the project's
-files without ``.git``, virtualenvs and caches) in which the module is rewritten: the tests
+Each mutant is tested in a private copy of the project (a temporary folder under
+``.mutants/``, not in ``/tmp``, which the sandbox replaces; the project's files without
+``.git``, virtualenvs and caches) in which the module is rewritten: the tests
 run from that copy (``python -m pytest`` puts it first on ``sys.path``), and ``PYTHONPATH``
 names it too, so every child process the tests start (``runpytest_subprocess``, the loop's
 agents and check phases, the Stop hook) imports the mutant, not the installed package. Each
@@ -607,6 +608,10 @@ class Runner:
             _kill_group(proc)
             out, _ = proc.communicate()
             status = "timeout"
+        except BaseException:  # Ctrl-C, SIGTERM: no test run is left behind
+            _kill_group(proc)
+            proc.wait()
+            raise
         tail = "\n".join(out.decode("utf-8", "replace").splitlines()[-40:])
         return Outcome(status, "", time.monotonic() - start, tail)
 
@@ -668,11 +673,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nice", type=int, default=10,
                         help="niceness added to this process and its tests (default 10)")
     args = parser.parse_args(argv)
+    # SIGTERM ends the run as Ctrl-C does: the running tests are killed and the copy removed
+    # (the results so far are kept).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         return _run(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted; the results so far are kept in .mutants/", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -717,7 +728,10 @@ def _run(args: argparse.Namespace) -> int:
     suite = _digest(root, [d for d in ("pytest_ralph", "tests", "templates", "pyproject.toml")
                            if (root / d).exists()])
     unexplained = 0
-    with tempfile.TemporaryDirectory(prefix="mutants-") as tmp:
+    # The copy lives under the project's .mutants/, not in /tmp: the sandbox gives the
+    # agent and the check phase a /tmp of their own, where a copy there would not be seen.
+    (root / ".mutants").mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="work-", dir=root / ".mutants") as tmp:
         work = Path(tmp) / "project"
         shutil.copytree(root, work, ignore=shutil.ignore_patterns(*COPY_IGNORE),
                         symlinks=True)
