@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from pytest_ralph.escalation import (
+    ESCALATE_MIN_SECONDS,
+    ESCALATE_TIMEOUT,
     EscalateResult,
     Step,
     StoryState,
@@ -184,7 +186,8 @@ def test_a_blocked_story_whose_criteria_pass_again_is_unblocked() -> None:
     same = fail("US-1", "boom")
     steps = [step(1, "US-1", same), step(2, "US-1", same),
              step(3, "US-2", fail("US-2", "x"))]  # US-2's work made US-1 pass
-    assert states(*steps, breaker=2)["US-1"].blocked == ""
+    st = states(*steps, breaker=2)["US-1"]
+    assert (st.blocked, st.blocked_at, st.streak, st.fingerprint) == ("", 0, 0, None)
     # It regresses: worked on again, blocked again only after `breaker` more identical tries.
     again = [*steps, step(4, "US-1", same), step(5, "US-1", same)]
     st = states(*again, breaker=2)["US-1"]
@@ -427,6 +430,7 @@ def test_escalate_extra_env_is_added_to_the_environment(tmp_path: Path,
                        cwd=tmp_path, log_path=log, env={"EXTRA": "added"}, timeout=30)
     assert res.ok, log.read_text()
     assert log.read_text().split() == ["inherited", "added"]
+    assert "EXTRA" not in os.environ  # the loop's own environment is left as it was
 
 
 # --- the escalation command's log ----------------------------------------------------------
@@ -536,3 +540,20 @@ def test_escalate_command_that_deletes_its_log_does_not_raise(tmp_path: Path) ->
                        timeout=60, redact=Redactor({ESC_SECRET: "API_KEY"}))
     assert res.ok, res.summary
     assert not log.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_the_documented_timeouts_are_the_ones_used() -> None:
+    doc = " ".join((Path(__file__).resolve().parent.parent / "docs" / "loop.md").read_text(
+        "utf-8").split())
+    assert f"its {ESCALATE_TIMEOUT:g}-second timeout" in doc
+    assert f"(but at least {ESCALATE_MIN_SECONDS:g} s)" in doc
+    assert run_escalate.__kwdefaults__["timeout"] == ESCALATE_TIMEOUT
+
+
+def test_a_first_iteration_that_changed_the_criteria_starts_the_count_at_one() -> None:
+    result = states(step(1, "US-1", fail("US-1", "x"), tampered=True), breaker=2)
+    st = result["US-1"]
+    assert (st.streak, st.blocked, st.blocked_at, st.worked) == (1, "", 0, [1])
+    result = states(step(1, "US-1", fail("US-1", "x"), tampered=True),
+                    step(2, "US-1", fail("US-1", "y"), tampered=True), breaker=2)
+    assert (result["US-1"].streak, result["US-1"].blocked_at) == (2, 2)

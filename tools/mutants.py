@@ -199,8 +199,8 @@ class _Finder:
     def _stmt(self, stmt: ast.stmt, qual: str) -> None:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             inner = stmt.name if qual == "<module>" else f"{qual}.{stmt.name}"
-            for deco in stmt.decorator_list:
-                self._expr(deco, qual)
+            for deco in stmt.decorator_list:  # named after what they decorate
+                self._expr(deco, inner)
             if not isinstance(stmt, ast.ClassDef):
                 args = stmt.args
                 for default in [*args.defaults, *(d for d in args.kw_defaults if d)]:
