@@ -138,6 +138,8 @@ _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
 #: SQLite result code (primary): a file could not be opened or created.
 _SQLITE_CANTOPEN = 14
+#: SQLite extended result code: the database is read-only because its folder is not writable.
+_SQLITE_READONLY_DIRECTORY = 1544  # SQLITE_READONLY | (6 << 8)
 
 _UTC = _dt.timezone.utc
 
@@ -556,7 +558,8 @@ class History:
         database needs the ``-shm`` index next to it and SQLite creates ``-shm`` (and
         ``-wal``) when they are missing, as for any WAL reader. When they are missing and
         cannot be created (a read-only folder or file system), SQLite fails with "unable to
-        open database file"; the open then retries with ``immutable=1`` added to the URI,
+        open database file" (or, in a folder it cannot write holding a file it can, "attempt
+        to write a readonly database"); the open then retries with ``immutable=1`` added to the URI,
         which reads the database file alone, without any lock or ``-shm``. That snapshot is
         complete: with no ``-shm`` file no connection has the database open in WAL mode, so
         every commit has been checkpointed into the file (unless someone deleted ``-shm``
@@ -1353,11 +1356,14 @@ def _open_readonly(path: Path, *, immutable: bool) -> tuple[sqlite3.Connection, 
 
 
 def _cant_open(exc: sqlite3.Error) -> bool:
-    """Whether a SQLite error is ``SQLITE_CANTOPEN`` ("unable to open database file")."""
+    """Whether a SQLite error is ``SQLITE_CANTOPEN`` ("unable to open database file") or
+    ``SQLITE_READONLY_DIRECTORY`` ("attempt to write a readonly database" when the folder is
+    not writable but the file is: a ``-shm`` file cannot be made there either)."""
     code = getattr(exc, "sqlite_errorcode", None)  # Python >= 3.11
     if isinstance(code, int):
-        return (code & 0xFF) == _SQLITE_CANTOPEN
-    return "unable to open database file" in str(exc)
+        return (code & 0xFF) == _SQLITE_CANTOPEN or code == _SQLITE_READONLY_DIRECTORY
+    return any(m in str(exc) for m in ("unable to open database file",
+                                       "attempt to write a readonly database"))
 
 
 def _inspect(conn: sqlite3.Connection, path: Path, *, quick_check: bool) -> int:

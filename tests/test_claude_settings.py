@@ -23,6 +23,8 @@ from pytest_ralph.claude_settings import (
     remove_stop_hook,
 )
 
+from .support.privileges import unprivileged
+
 CMD = hook_command("/usr/bin/python3", windows=False)
 OURS = {"type": "command", "command": CMD, "timeout": 600}
 OTHER_STOP = {"type": "command", "command": "other-plugin stop --quiet", "timeout": 5}
@@ -340,21 +342,36 @@ def test_command_must_run_our_module(settings: Path) -> None:
         merge_stop_hook(settings, "python -m pytest_ralph.hooks")
 
 
+#: Run in a child process (without root's power over permissions, as CI runs as root).
+MERGE_INTO_READ_ONLY = """
+import sys
+from pathlib import Path
+from pytest_ralph.claude_settings import SettingsFileError, merge_stop_hook
+try:
+    merge_stop_hook(Path(sys.argv[1]), sys.argv[2])
+except SettingsFileError as exc:
+    print(exc)
+else:
+    print("merged")
+"""
+
+
 @pytest.mark.skipif(os.name == "nt", reason="POSIX permissions")
 def test_read_only_folder_is_a_clear_error(settings: Path) -> None:
     _write(settings, {"model": "opus"})
     before = settings.read_bytes()
     settings.parent.chmod(0o555)
     try:
-        if os.access(settings.parent, os.W_OK):
-            pytest.skip("this user can write to a read-only folder (root)")
-        with pytest.raises(SettingsFileError) as info:
-            merge_stop_hook(settings, CMD)
+        done = subprocess.run(unprivileged([sys.executable, "-c", MERGE_INTO_READ_ONLY,
+                                            str(settings), CMD]),
+                              capture_output=True, text=True, timeout=60, check=False)
     finally:
         settings.parent.chmod(0o755)
-    message = str(info.value)
+    assert done.returncode == 0, done.stderr
+    message = done.stdout
     assert "cannot be written" in message and "writable" in message and "not changed" in message
     assert settings.read_bytes() == before
+    assert sorted(p.name for p in settings.parent.iterdir()) == [settings.name]
 
 
 def test_claude_is_a_file_is_a_clear_error_even_as_root(tmp_path: Path) -> None:

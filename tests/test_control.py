@@ -5,8 +5,6 @@ conflicting flags, and a read-only state folder."""
 from __future__ import annotations
 
 import datetime as dt
-import os
-import shutil
 import signal
 import socket
 import sqlite3
@@ -21,6 +19,7 @@ import pytest
 from pytest_ralph.history import History
 
 from .conftest import story
+from .support.privileges import unprivileged
 from .test_loop import _alive, files_criteria, wait_for
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="flock, signals and /proc")
@@ -233,27 +232,6 @@ def test_status_and_cancel_go_alone(pytester: pytest.Pytester, flags: tuple[str,
     assert not state(pytester).exists()
 
 
-def _can(cmd: list[str]) -> bool:
-    if not shutil.which(cmd[0]):
-        return False
-    return subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                          check=False).returncode == 0
-
-
-def _read_only(folder: Path, cmd: list[str]) -> list[str]:
-    """``cmd`` run with ``folder`` read-only: as root (which ignores permissions), inside a
-    private mount namespace where ``folder`` is bind-mounted read-only on itself."""
-    if os.geteuid() != 0:
-        return cmd
-    mount = ('mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" "$1" && shift && '
-             'exec "$@"')
-    probe = ["unshare", "--mount", "sh", "-c", mount, "sh", str(folder), "sh", "-c",
-             f"! touch {folder}/probe"]
-    if not _can(probe):
-        pytest.skip("running as root and no read-only bind mount is possible here")
-    return ["unshare", "--mount", "sh", "-c", mount, "sh", str(folder), *cmd]
-
-
 def test_status_of_a_read_only_state_folder(
         pytester: pytest.Pytester, write_prd: Callable[..., Path],
         agent: Callable[[str, str], str]) -> None:
@@ -264,7 +242,7 @@ def test_status_of_a_read_only_state_folder(
     root = state(pytester)
     files = sorted(p.name for p in root.iterdir())
     assert "ralph.db" in files and "ralph.db-shm" not in files  # the loop closed cleanly
-    cmd = _read_only(root, pytest_cmd("--ralph-status"))
+    cmd = unprivileged(pytest_cmd("--ralph-status"))  # as root (CI): where the mode applies
     root.chmod(0o555)
     try:
         code, out = run_cmd(pytester, cmd)
@@ -283,12 +261,7 @@ def test_an_unreadable_history_says_how_to_recover(
     code, out = finish(ralph(pytester, "--ralph", "--ralph-agent", agent("agent.py", AGENT),
                              "--ralph-max-iterations", "1"))
     assert code == 1, out
-    cmd = pytest_cmd("--ralph-status")
-    if os.geteuid() == 0:  # root reads anything: run as an unprivileged user owning the files
-        userns = ["unshare", "--user", "--map-user=1000", "--map-group=1000"]
-        if not _can([*userns, "true"]):
-            pytest.skip("running as root and no user namespace to drop privileges")
-        cmd = [*userns, *cmd]
+    cmd = unprivileged(pytest_cmd("--ralph-status"))  # as root (CI): where the mode applies
     root = state(pytester)
     db = root / "ralph.db"
     db.chmod(0o000)

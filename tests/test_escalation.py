@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from pytest_ralph.escalation import (
+    ESCALATE_MIN_SECONDS,
+    ESCALATE_TIMEOUT,
     EscalateResult,
     Step,
     StoryState,
@@ -184,7 +186,8 @@ def test_a_blocked_story_whose_criteria_pass_again_is_unblocked() -> None:
     same = fail("US-1", "boom")
     steps = [step(1, "US-1", same), step(2, "US-1", same),
              step(3, "US-2", fail("US-2", "x"))]  # US-2's work made US-1 pass
-    assert states(*steps, breaker=2)["US-1"].blocked == ""
+    st = states(*steps, breaker=2)["US-1"]
+    assert (st.blocked, st.blocked_at, st.streak, st.fingerprint) == ("", 0, 0, None)
     # It regresses: worked on again, blocked again only after `breaker` more identical tries.
     again = [*steps, step(4, "US-1", same), step(5, "US-1", same)]
     st = states(*again, breaker=2)["US-1"]
@@ -427,3 +430,130 @@ def test_escalate_extra_env_is_added_to_the_environment(tmp_path: Path,
                        cwd=tmp_path, log_path=log, env={"EXTRA": "added"}, timeout=30)
     assert res.ok, log.read_text()
     assert log.read_text().split() == ["inherited", "added"]
+    assert "EXTRA" not in os.environ  # the loop's own environment is left as it was
+
+
+# --- the escalation command's log ----------------------------------------------------------
+
+#: Writes to stdout and stderr (unbuffered, in order): a secret on each, then a secret that
+#: straddles the 1 MiB boundary at which the log is redacted, then a last line.
+NOISY = r"""
+import os, sys
+secret = sys.argv[1]
+os.write(1, f"out {secret} done\n".encode())
+os.write(2, f"err {secret}\n".encode())
+os.write(1, b"x" * (2**20 - 30) + secret.encode() + b"\nend\n")
+sys.exit(int(sys.argv[2]))
+"""
+
+ESC_SECRET = "sk-live-0123456789"
+
+
+def _noisy(tmp_path: Path, code: int = 0) -> str:
+    script = tmp_path / "noisy.py"
+    script.write_text(NOISY, encoding="utf-8")
+    return f"{sys.executable} {script} {ESC_SECRET} {code}"
+
+
+def _expected_log(name: str) -> bytes:
+    mark = f"[redacted ${name}]".encode()
+    return (b"out " + mark + b" done\nerr " + mark + b"\n" + b"x" * (2**20 - 30) + mark
+            + b"\nend\n")
+
+
+@posix_only
+@pytest.mark.parametrize("code", [0, 3])
+def test_escalate_log_holds_the_output_with_secrets_redacted(tmp_path: Path,
+                                                              code: int) -> None:
+    log = tmp_path / "run" / "escalate.log"
+    log.parent.mkdir()
+    res = run_escalate(_noisy(tmp_path, code), "{}", cwd=tmp_path, log_path=log, timeout=60,
+                       redact=Redactor({ESC_SECRET: "API_KEY"}))
+    assert res.ok is (code == 0), res.summary
+    data = log.read_bytes()
+    assert ESC_SECRET.encode() not in data
+    assert data == _expected_log("API_KEY")
+    assert sorted(p.name for p in log.parent.iterdir()) == ["escalate.log"]  # no leftover
+
+
+@posix_only
+def test_escalate_log_of_a_timed_out_command_is_redacted(tmp_path: Path) -> None:
+    log = tmp_path / "escalate.log"
+    res = run_escalate(f"echo before {ESC_SECRET}; sleep 30", "{}", cwd=tmp_path,
+                       log_path=log, timeout=1, redact=Redactor({ESC_SECRET: "GH_TOKEN"}))
+    assert not res.ok and "timed out" in res.summary
+    assert log.read_bytes() == b"before [redacted $GH_TOKEN]\n"
+
+
+@posix_only
+@pytest.mark.parametrize("redact", [None, Redactor({})], ids=["none", "no-secrets"])
+def test_escalate_log_without_secrets_to_redact_is_the_output(tmp_path: Path,
+                                                              redact: Redactor | None) -> None:
+    log = tmp_path / "escalate.log"
+    res = run_escalate(_noisy(tmp_path), "{}", cwd=tmp_path, log_path=log, timeout=60,
+                       redact=redact)
+    assert res.ok, res.summary
+    assert log.read_bytes() == _expected_log("API_KEY").replace(
+        b"[redacted $API_KEY]", ESC_SECRET.encode())
+
+
+@posix_only
+def test_escalate_log_redacts_with_a_fresh_stream(tmp_path: Path) -> None:
+    # A redactor that already holds back the start of a secret from another stream must not
+    # leak those bytes into this log.
+    redact = Redactor({ESC_SECRET: "API_KEY"})
+    assert redact.stream(b"prefix sk-live-") == b""  # all held back
+    log = tmp_path / "escalate.log"
+    res = run_escalate(_noisy(tmp_path), "{}", cwd=tmp_path, log_path=log, timeout=60,
+                       redact=redact)
+    assert res.ok, res.summary
+    assert log.read_bytes() == _expected_log("API_KEY")
+
+
+class _FailingRedactor(Redactor):
+    """A redactor whose stream fails (as a full disk would) once it has written a chunk."""
+
+    def fresh(self) -> Redactor:
+        return _FailingRedactor(self.secrets)
+
+    def stream(self, chunk: bytes) -> bytes:
+        if getattr(self, "_written", False):
+            raise OSError(28, "No space left on device")
+        self._written = True
+        return super().stream(chunk)
+
+
+@posix_only
+def test_escalate_log_whose_redaction_fails_leaves_no_partial_copy(tmp_path: Path) -> None:
+    log = tmp_path / "run" / "escalate.log"
+    log.parent.mkdir()
+    res = run_escalate(_noisy(tmp_path), "{}", cwd=tmp_path, log_path=log, timeout=60,
+                       redact=_FailingRedactor({ESC_SECRET: "API_KEY"}))
+    assert res.ok, res.summary  # the command's own outcome; never raises
+    assert sorted(p.name for p in log.parent.iterdir()) == ["escalate.log"]
+
+
+@posix_only
+def test_escalate_command_that_deletes_its_log_does_not_raise(tmp_path: Path) -> None:
+    log = tmp_path / "escalate.log"
+    res = run_escalate(f"rm {log}; echo {ESC_SECRET}", "{}", cwd=tmp_path, log_path=log,
+                       timeout=60, redact=Redactor({ESC_SECRET: "API_KEY"}))
+    assert res.ok, res.summary
+    assert not log.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_the_documented_timeouts_are_the_ones_used() -> None:
+    doc = " ".join((Path(__file__).resolve().parent.parent / "docs" / "loop.md").read_text(
+        "utf-8").split())
+    assert f"its {ESCALATE_TIMEOUT:g}-second timeout" in doc
+    assert f"(but at least {ESCALATE_MIN_SECONDS:g} s)" in doc
+    assert run_escalate.__kwdefaults__["timeout"] == ESCALATE_TIMEOUT
+
+
+def test_a_first_iteration_that_changed_the_criteria_starts_the_count_at_one() -> None:
+    result = states(step(1, "US-1", fail("US-1", "x"), tampered=True), breaker=2)
+    st = result["US-1"]
+    assert (st.streak, st.blocked, st.blocked_at, st.worked) == (1, "", 0, [1])
+    result = states(step(1, "US-1", fail("US-1", "x"), tampered=True),
+                    step(2, "US-1", fail("US-1", "y"), tampered=True), breaker=2)
+    assert (result["US-1"].streak, result["US-1"].blocked_at) == (2, 2)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -167,3 +171,49 @@ def test_empty_set_has_a_fingerprint() -> None:
     assert re.fullmatch(r"[0-9a-f]{16}", empty)
     assert empty == fingerprint(())
     assert empty != fingerprint([("US-001::AC1", "")])
+
+
+# -- stable across processes -------------------------------------------------------------
+
+#: Many failures, so that a set of them iterates in an order that depends on the string hash
+#: seed: a fingerprint that followed that order would differ from one process to the next.
+MANY = [(f"US-{i % 7:03d}::AC{i}", f"AssertionError: case {chr(97 + i % 26)}{i} at 0x{i:x}ff")
+        for i in range(40)]
+
+CHILD = """
+import json, sys
+from pytest_ralph.fingerprint import fingerprint
+pairs = [tuple(p) for p in json.loads(sys.argv[1])]
+print(json.dumps([fingerprint(pairs), fingerprint(reversed(pairs)), fingerprint(set(pairs)),
+                  fingerprint(pairs, normalize=False), fingerprint([])]))
+"""
+
+
+def _child(seed: str) -> list[str]:
+    env = {**os.environ, "PYTHONHASHSEED": seed}
+    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(MANY)], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    got: list[str] = json.loads(done.stdout)
+    return got
+
+
+def test_fingerprints_are_the_same_in_every_process_whatever_the_hash_seed() -> None:
+    # The loop compares the fingerprint of each iteration with the one of the iteration
+    # before, which a resumed run (another process) reads back from ralph.db; the Stop hook
+    # computes each iteration's in a process of its own.
+    here = [fingerprint(MANY), fingerprint(reversed(MANY)), fingerprint(set(MANY)),
+            fingerprint(MANY, normalize=False), fingerprint([])]
+    assert here[0] == here[1] == here[2] != here[3]
+    for seed in ("0", "1", "2", "3", "4242"):
+        assert _child(seed) == here, f"PYTHONHASHSEED={seed}"
+
+
+def test_fingerprint_values_do_not_change_between_versions() -> None:
+    # Fingerprints are stored in the run history (ralph.db) and compared by a resumed run,
+    # perhaps of a newer pytest-ralph: the digest of given failures is part of the format.
+    assert fingerprint([]) == "e3b0c44298fc1c14"  # SHA-256 of nothing
+    # SHA-256 of b"US-001::AC1\0boom\0\0", the pairs in sorted order, each key and text
+    # ended by a NUL and each pair by another.
+    assert fingerprint([("US-001::AC1", "boom")]) == "6ec48a28491fd48b"
+    assert fingerprint([("US-001::AC1", "boom"), ("US-002::AC1", "bang")]) == "9ae8ee3cde94cf74"

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import pytest
 from pytest_ralph import gitdiff
 from pytest_ralph.gitdiff import diff_stat, tree_snapshot
 from pytest_ralph.state import StateDir
+
+from .support.privileges import unprivileged
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -232,19 +235,41 @@ def test_max_chars_too_small_for_any_file_line(repo: Path) -> None:
     assert stat == " ... 1 more file\n 1 file changed, 1 insertion(+)"
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
-                    reason="root reads unreadable files")
+#: Run in a child process (without root's power over permissions, as CI runs as root): the
+#: snapshot of a tree with an unreadable file, then of the tree with b.py added.
+UNREADABLE = """
+import pathlib, sys
+from pytest_ralph.gitdiff import diff_stat, tree_snapshot
+repo = pathlib.Path(sys.argv[1])
+try:
+    (repo / "secret.txt").read_bytes()
+    print("readable")
+except PermissionError:
+    print("unreadable")
+before = tree_snapshot(repo)
+(repo / "b.py").write_text("b\\n")
+print(before is not None)
+print(diff_stat(repo, before, tree_snapshot(repo)))
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file permissions")
 def test_an_unreadable_file_is_left_out(repo: Path) -> None:
     secret = repo / "secret.txt"
     secret.write_text("s\n")
     secret.chmod(0)
     try:
-        before = tree_snapshot(repo)
-        assert before is not None
-        (repo / "b.py").write_text("b\n")
-        assert "b.py" in diff_stat(repo, before, tree_snapshot(repo))
+        done = subprocess.run(unprivileged([sys.executable, "-c", UNREADABLE, str(repo)]),
+                              capture_output=True, text=True, timeout=60, check=False)
     finally:
         secret.chmod(0o600)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["unreadable", "True"], done.stdout
+    stat = "\n".join(lines[2:])
+    assert re.search(r"^ b\.py +\| +1 \+$", stat, re.M), stat
+    assert "secret.txt" not in stat
+    assert stat.splitlines()[-1] == " 1 file changed, 1 insertion(+)"
 
 
 def test_tracked_files_that_match_gitignore_still_count(repo: Path) -> None:

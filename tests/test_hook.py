@@ -33,6 +33,8 @@ import pytest
 
 from pytest_ralph.claude_settings import SAFE_PATH_FLAG
 
+from .support.privileges import unprivileged as as_unprivileged
+
 PY = sys.executable
 SID = "3c9d2b7e-5a41-4f0e-9b6d-7e21f0a4c815"
 OTHER_SID = "a07e4f13-2d9c-4b8a-8e55-0c6b9f3d2e71"
@@ -106,9 +108,12 @@ class Hook:
         assert (self.out, self.err) == ("", ""), self
 
 
-def run_hook(stdin: bytes, *, cwd: Path, python: str = PY, **env: str) -> Hook:
-    """Run ``python -m pytest_ralph.hook`` once with ``stdin`` as the payload."""
-    proc = subprocess.run([python, "-m", "pytest_ralph.hook"], input=stdin, cwd=cwd,
+def run_hook(stdin: bytes, *, cwd: Path, python: str = PY, unprivileged: bool = False,
+             **env: str) -> Hook:
+    """Run ``python -m pytest_ralph.hook`` once with ``stdin`` as the payload (without root's
+    power over file permissions when ``unprivileged``, see tests/support/privileges.py)."""
+    cmd = [python, "-m", "pytest_ralph.hook"]
+    proc = subprocess.run(as_unprivileged(cmd) if unprivileged else cmd, input=stdin, cwd=cwd,
                           env=_env(**env), capture_output=True, timeout=TIMEOUT, check=False)
     return Hook(proc.returncode, proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8"))
 
@@ -756,18 +761,18 @@ def test_corrupt_arming_file_never_wedges(tmp_path: Path, content: bytes, why: s
     assert why in hook.err and str(marker) in hook.err and "--ralph-cancel" in hook.err
 
 
-@pytest.mark.skipif(os.name == "nt" or os.geteuid() == 0,
-                    reason="needs file permissions that apply (not root)")
+@pytest.mark.skipif(os.name == "nt", reason="POSIX file permissions")
 def test_unreadable_arming_file_never_wedges(tmp_path: Path) -> None:
     marker = tmp_path / ".claude" / "pytest-ralph.local.json"
     marker.parent.mkdir()
     marker.write_text("{}", encoding="utf-8")
     marker.chmod(0)
-    try:
-        hook = run_hook(payload(SID, tmp_path), cwd=tmp_path)
+    try:  # as root (CI), in a user namespace where the mode applies
+        hook = run_hook(payload(SID, tmp_path), cwd=tmp_path, unprivileged=True)
     finally:
         marker.chmod(0o600)
-    assert hook.allow() is None and "cannot read the arming file" in hook.err
+    assert hook.allow() is None  # exit 0, no traceback
+    assert f"cannot read the arming file {marker}: Permission denied" in hook.err, hook.err
 
 
 def test_damaged_state_never_wedges(tmp_path: Path) -> None:
