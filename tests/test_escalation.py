@@ -427,3 +427,20 @@ def test_escalate_extra_env_is_added_to_the_environment(tmp_path: Path,
                        cwd=tmp_path, log_path=log, env={"EXTRA": "added"}, timeout=30)
     assert res.ok, log.read_text()
     assert log.read_text().split() == ["inherited", "added"]
+
+
+@posix_only
+def test_escalate_log_is_the_whole_output_with_secrets_redacted(tmp_path: Path) -> None:
+    token = "ghp_" + "Zq8" * 12
+    secret = "tok-" + "x9Y" * 8
+    log = tmp_path / "e.log"
+    lines = [f"line {i} {token} {secret}" for i in range(3000)]  # more than one read
+    script = tmp_path / "print.py"
+    script.write_text("import sys\n" + "".join(f"print({line!r})\n" for line in lines)
+                      + f"sys.stderr.write('err ' + {secret!r} + '\\n')\n")
+    res = run_escalate(f"{sys.executable} -u {script}", "{}", cwd=tmp_path, log_path=log,
+                       timeout=60, redact=Redactor({secret: "MY_TOKEN"}))
+    assert res.ok, log.read_text()
+    want = [f"line {i} [redacted GitHub token] [redacted $MY_TOKEN]" for i in range(3000)]
+    assert log.read_text().splitlines() == [*want, "err [redacted $MY_TOKEN]"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.log", "print.py"]
