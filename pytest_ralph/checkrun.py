@@ -5,7 +5,10 @@ The controller never imports project code: each phase runs a child pytest,
 :data:`PYTEST_LAUNCHER`), in the rootdir and reads the results file
 (:mod:`pytest_ralph.results`). The child's terminal output is kept in ``check.log`` and its
 JUnit XML in ``check.xml`` beside the results; each item's ``ralph_story``,
-``ralph_criterion`` and ``ralph_kind`` are JUnit properties.
+``ralph_criterion`` and ``ralph_kind`` are JUnit properties. The child writes all three into
+a private temporary folder (mode 0700, removed when the phase ends); the copies kept, the
+``--junitxml`` copy and the results the loop goes on with are redacted
+(:mod:`pytest_ralph.redact`): no secret of what the checks printed reaches the state folder.
 
 Every Python process of a phase keeps its bytecode in a private folder, made for the phase
 and removed after it (:func:`private_bytecode`): ``.pyc`` files planted in the project's
@@ -29,6 +32,7 @@ from typing import Any
 
 from .bytecode import TrustedBytecode
 from .process import Finished, read_tail, run_in_group, supervised
+from .redact import Redactor, redact_file, redact_json_file
 from .results import CheckResults, CriterionResult, read_results
 from .sandbox import Sandbox, check_confinement, wrap
 
@@ -403,8 +407,9 @@ class CheckPhaseConfig:
 
 
 def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
-    """Check every criterion in a child pytest; keep ``check.json`` and ``check.log`` in
-    ``out_dir``.
+    """Check every criterion in a child pytest; keep ``check.json``, ``check.log`` and
+    ``check.xml`` in ``out_dir``, redacted, and return the results redacted
+    (:meth:`pytest_ralph.results.CheckResults.redacted`).
 
     The child, and every process it starts, keeps its bytecode in a fresh private folder
     that is removed when the phase ends (:func:`private_bytecode`).
@@ -440,7 +445,7 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
                                       ignore_cleanup_errors=True)) as pycache, \
             tempfile.TemporaryDirectory(prefix="pytest-ralph-results-",
                                         ignore_cleanup_errors=True) as private, \
-            log_path.open("w+b") as log:
+            (Path(private) / log_path.name).open("w+b") as log:
         results_path = Path(private) / "check.json"
         junit_path = Path(private) / "check.xml"
         imports_path = Path(private) / "imports.jsonl"
@@ -453,15 +458,21 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
         argv = config.argv(results_path, junit_path, empty_ini)
         private_bytecode(env, pycache)
         argv = confined_argv(config, argv, Path(private), Path(pycache))
-        # The child stops its own checks' process groups on SIGTERM: give it time to.
-        finished = run_in_group(argv, cwd=config.rootdir, output=log, timeout=config.timeout,
-                                env=env, grace=CHILD_GRACE_SECONDS, watchdog=True)
+        redactor = Redactor.from_env()
+        try:
+            # The child stops its own checks' process groups on SIGTERM: give it time to.
+            finished = run_in_group(argv, cwd=config.rootdir, output=log,
+                                    timeout=config.timeout, env=env, grace=CHILD_GRACE_SECONDS,
+                                    watchdog=True)
+        finally:  # what people read: redacted copies, also of an interrupted phase
+            for path, copy in ((results_path, redact_json_file), (junit_path, redact_file),
+                               (Path(log.name), redact_file)):
+                if path.is_file():
+                    with contextlib.suppress(OSError):
+                        copy(path, out_dir / path.name, redactor)
         tail = read_tail(log, 3000).rstrip()
-        for path in (results_path, junit_path):
-            if path.is_file():
-                with contextlib.suppress(OSError):
-                    shutil.copyfile(path, out_dir / path.name)
-        results = _read(config, finished, results_path, junit_path, tail, log_path)
+        results = _read(config, finished, results_path, junit_path, tail, log_path
+                        ).redacted(redactor.text)
         # The exit status that counts is the one the child really had, not its file's.
         results = replace(results, exitstatus=finished.returncode
                           if finished.returncode is not None else -1)
@@ -543,7 +554,7 @@ def _read(config: CheckPhaseConfig, finished: Finished, results_path: Path, juni
     if config.junitxml is not None and junit_path.is_file():
         with contextlib.suppress(OSError):
             config.junitxml.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(junit_path, config.junitxml)
+            redact_file(junit_path, config.junitxml, Redactor.from_env())
     if not config.prd.is_file():
         results = replace(results, errors=(*results.errors, f"the PRD {config.prd} does not exist "
                                            "any more (deleted or moved); expected it in place"))

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import io
+import re
 import socket
 import sys
 from dataclasses import dataclass, replace
@@ -67,6 +68,7 @@ from .model import PRD
 from .oracle import snapshot_from_json, snapshot_to_json
 from .prd import PRDError, load_prd
 from .prompt import pick_story
+from .redact import Redactor
 from .settings import Settings, SettingsError, from_json, to_json
 from .state import RunDir, StateDir
 from .stop_payload import (
@@ -144,7 +146,7 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
                             f"{settings.sources.get('max_cost')}) cannot bound a Claude Code run: "
                             "its Stop hook is not told what the session cost; bound it with "
                             "--ralph-max-iterations or --ralph-budget")
-    other = _armed_elsewhere(rootdir / MARKER, settings.dir)
+    other = _armed_elsewhere(rootdir / MARKER, settings.dir) or _unstorable_secret(settings)
     if other:
         return EXIT_USAGE, other
     log = io.StringIO()
@@ -192,6 +194,43 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
         "pytest-ralph: `pytest --ralph-status` shows the run, `pytest --ralph-cancel` disarms "
         "it, `pytest --ralph-doctor` checks the wiring.")
     return 0, "\n".join(lines)
+
+
+#: Settings a Claude Code run never uses (there is no agent to start: the session is it).
+_UNUSED_BY_THE_HOOK = ("agent", "agent_flags")
+
+
+def _unstorable_secret(settings: Settings) -> str:
+    """The refusal when a setting the Stop hook uses holds a secret that is no environment
+    variable's whole value: the run history stores settings redacted, and every Stop rebuilds
+    them from there, restoring ``[redacted $NAME]`` from its environment
+    (:meth:`pytest_ralph.redact.Redactor.restore`); any other secret would be lost. ``""``
+    when there is none."""
+    redactor = Redactor.from_env()
+    for name, value in to_json(settings).items():
+        lost = [label for text in _strings(value) if not redactor.restores(text)
+                for label in _LABEL.findall(redactor.restore(redactor.text(text)))]
+        if name in _UNUSED_BY_THE_HOOK or not lost:
+            continue
+        return (f"pytest-ralph: {name} (from {settings.sources.get(name)}) holds a secret "
+                f"({', '.join(dict.fromkeys(lost))}) that is not the value of an environment "
+                "variable: a Claude Code run keeps its settings in the run history, where "
+                "secrets are never written, so its Stop hook could not use it; put the secret "
+                "in an environment variable and use that ($NAME in a command), or leave it out")
+    return ""
+
+
+#: A redaction label, ``[redacted GitHub token]`` or ``[redacted $NAME]``.
+_LABEL = re.compile(r"\[redacted [^\]]*\]")
+
+
+def _strings(value: object) -> list[str]:
+    """Every string in a JSON value (lists nested)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [t for item in value for t in _strings(item)]
+    return []
 
 
 def _already_armed(state: StateDir, history: History | None = None) -> str:
@@ -300,7 +339,9 @@ def on_stop(armed: Armed, payload: StopPayload, *, python: str = sys.executable)
     if drv.session_id and drv.session_id != payload.session_id:
         return Answer()  # another session's run: never block it
     try:
-        settings = from_json(stored.settings, f"run {stored.id} (settings stored when armed)")
+        # Stored redacted: a secret that was an environment variable's comes back from it.
+        settings = from_json(Redactor.from_env().restore_json(stored.settings),
+                             f"run {stored.id} (settings stored when armed)")
     except SettingsError as exc:
         return Answer(stderr=f"pytest-ralph: {exc}; the stop is allowed")
     out = io.StringIO()

@@ -27,8 +27,10 @@ This module does not import pytest.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +38,7 @@ from typing import Any
 
 from .fingerprint import fingerprint
 from .process import run_in_group
-from .redact import Redactor
+from .redact import Redactor, redact_file
 
 #: Seconds the escalation command may run before its process group is killed.
 ESCALATE_TIMEOUT = 300.0
@@ -198,7 +200,9 @@ def run_escalate(command: str, dump: str, *, cwd: Path, log_path: Path,
         log_path: receives the command's stdout and stderr.
         env: extra environment variables.
         timeout: seconds before its process group is killed.
-        redact: replaces secret values in its log once it has ended, or ``None``.
+        redact: replaces secrets in its log, or ``None`` (kept as printed). The command
+            writes into a private temporary folder; ``log_path`` gets the redacted copy once
+            it has ended (or the loop is interrupted).
 
     Never raises for a failing command: the result says what happened.
     """
@@ -206,15 +210,23 @@ def run_escalate(command: str, dump: str, *, cwd: Path, log_path: Path,
     run_env.update(env or {})
     # "replace": a lone surrogate (a non-UTF-8 path, say) must not make this raise.
     data = dump.encode("utf-8", "replace")
-    try:
-        with log_path.open("wb") as log:
-            finished = run_in_group(command, cwd=cwd, output=log, timeout=timeout,
-                                    input=data, env=run_env, shell=True)
-    except OSError as exc:
-        return EscalateResult(False, f"escalation command `{command}` could not start: {exc}",
-                              log_path)
-    if redact is not None and redact.active:
-        _redact_file(log_path, redact.fresh())
+    # The command writes into a private folder (mode 0700, removed after); only the redacted
+    # copy is kept at log_path, also when the loop is interrupted meanwhile.
+    with tempfile.TemporaryDirectory(prefix="pytest-ralph-escalate-",
+                                     ignore_cleanup_errors=True) as private:
+        raw = Path(private) / "escalate.log"
+        try:
+            log_path.open("wb").close()  # a log that cannot be written stops it here
+            with raw.open("wb") as log:
+                finished = run_in_group(command, cwd=cwd, output=log, timeout=timeout,
+                                        input=data, env=run_env, shell=True)
+        except OSError as exc:
+            return EscalateResult(False, f"escalation command `{command}` could not start: "
+                                  f"{exc}", log_path)
+        finally:
+            if raw.is_file():
+                with contextlib.suppress(OSError):
+                    redact_file(raw, log_path, redact or Redactor({}, shapes=False))
     if finished.timed_out:
         return EscalateResult(False, f"escalation command `{command}` timed out after "
                               f"{timeout:g} s (log {log_path})", log_path)
@@ -223,16 +235,3 @@ def run_escalate(command: str, dump: str, *, cwd: Path, log_path: Path,
                               f"{finished.returncode} (log {log_path})", log_path)
     return EscalateResult(True, f"escalation command `{command}` ran (log {log_path})",
                           log_path)
-
-
-def _redact_file(path: Path, redactor: Redactor) -> None:
-    """Rewrite ``path`` with its secrets redacted, streaming (1 MiB at a time)."""
-    tmp = path.with_name(path.name + ".redacting")
-    try:
-        with path.open("rb") as src, tmp.open("wb") as dst:
-            while chunk := src.read(1 << 20):
-                dst.write(redactor.stream(chunk))
-            dst.write(redactor.flush())
-        tmp.replace(path)
-    except OSError:
-        tmp.unlink(missing_ok=True)

@@ -105,6 +105,7 @@ from typing import Any
 
 from .agent import AgentRun
 from .oracle import Change
+from .redact import Redactor
 from .results import CheckResults, CriterionResult
 
 #: The schema version this module writes and reads.
@@ -516,11 +517,19 @@ class History:
         readonly: opened read-only (write calls raise :class:`HistoryError`).
         journal_mode: the journal mode in effect (``wal`` unless the file system cannot
             do WAL, e.g. some network file systems).
+
+    Secrets are never written: every text a write call stores (the agent argv, the
+    settings, stop reasons, check-phase errors, criterion texts and failure messages, agent
+    log tails, diff stats, blocked-story reasons, event messages; strings inside JSON columns
+    too, mapping keys kept) goes through :class:`pytest_ralph.redact.Redactor` first. Ids,
+    paths, times, digests and fingerprints are stored as they are. What is read back is
+    therefore the redacted text (``[redacted $NAME]``).
     """
 
     def __init__(self, conn: sqlite3.Connection, path: Path, *, readonly: bool,
-                 journal_mode: str) -> None:
+                 journal_mode: str, redactor: Redactor | None = None) -> None:
         self._conn = conn
+        self._redactor = redactor
         self.path = path
         self.readonly = readonly
         self.journal_mode = journal_mode
@@ -538,7 +547,8 @@ class History:
     # -- opening -----------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: Path, *, readonly: bool = False) -> History:
+    def open(cls, path: Path, *, readonly: bool = False,
+             redactor: Redactor | None = None) -> History:
         """Open (for writing: create or migrate) the history at ``path``.
 
         For writing, an existing file is first inspected through a read-only connection,
@@ -568,6 +578,8 @@ class History:
         Args:
             path: the database file (``<state folder>/ralph.db``).
             readonly: open for reading only.
+            redactor: what redacts the text the write calls store; ``None``: the secrets of
+                the environment when the first write is made (:meth:`Redactor.from_env`).
 
         Returns:
             The open history.
@@ -606,7 +618,7 @@ class History:
                             "and of its folder, or run as their owner") from None
             except BaseException as exc:
                 raise _translate(exc, path, move=False) from None
-            return cls(conn, path, readonly=True, journal_mode=mode)
+            return cls(conn, path, readonly=True, journal_mode=mode, redactor=redactor)
         if path.exists():
             probe = _connect(path, readonly=True)
             try:
@@ -621,7 +633,7 @@ class History:
         except BaseException as exc:
             conn.close()
             raise _translate(exc, path, move=True) from None
-        return cls(conn, path, readonly=False, journal_mode=mode)
+        return cls(conn, path, readonly=False, journal_mode=mode, redactor=redactor)
 
     def close(self) -> None:
         """Close the connection (idempotent). The last writer to close checkpoints the
@@ -646,6 +658,21 @@ class History:
         return _read_version(self._conn, self.path)
 
     # -- writing -----------------------------------------------------------------------------
+
+    @property
+    def redactor(self) -> Redactor:
+        """What redacts every text this history stores (see the class docstring)."""
+        if self._redactor is None:
+            self._redactor = Redactor.from_env()
+        return self._redactor
+
+    def _text(self, text: str) -> str:
+        """``text`` as it is stored: redacted."""
+        return self.redactor.text(text)
+
+    def _json(self, value: Any) -> str:
+        """``value`` as a JSON column stores it: JSON text with every string redacted."""
+        return _json(self.redactor.json(json.loads(_json(value))))
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -690,8 +717,9 @@ class History:
             conn.execute(
                 "INSERT INTO runs (id, prd, rootdir, agent_argv, settings, status, started, "
                 "updated, pid, hostname, oracle) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
-                (run_id, str(prd), str(rootdir), _json(list(argv)), _json(dict(settings)),
-                 when, when, pid, hostname, _json(dict(oracle or {}))))
+                (run_id, str(prd), str(rootdir), self._json(list(argv)),
+                 self._json(dict(settings)), when, when, pid, hostname,
+                 _json(dict(oracle or {}))))
             self._event(conn, run_id, None, "status", f"running (pid {pid} on {hostname})")
 
     def record_iteration(self, run_id: str, n: int, *, story: str, started: _dt.datetime,
@@ -748,23 +776,25 @@ class History:
                 (run_id, n, story, _iso(started), end, len(results.passing),
                  len(results.criteria), results.exitstatus, float(results.duration),
                  fingerprint, streak, error_streak, _json(list(regressions)),
-                 _json(list(flaky)), _json(criteria_changed), _json(list(results.errors)),
-                 _json(dict(results.extra)), _json(dict(blocked or {})), diff_stat))
+                 _json(list(flaky)), self._json(criteria_changed),
+                 self._json(list(results.errors)), self._json(dict(results.extra)),
+                 self._json(dict(blocked or {})), self._text(diff_stat)))
             if agent is not None:
                 conn.execute(
                     "INSERT INTO agent_runs (run_id, n, argv, exit_code, duration, outcome, "
                     "log_path, detail, why, cost_usd, input_tokens, output_tokens, turns) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (run_id, n, _json(list(agent.argv)), agent.exit_code,
+                    (run_id, n, self._json(list(agent.argv)), agent.exit_code,
                      float(agent.duration), agent.outcome, str(agent.log_path),
-                     agent.log_tail, agent.detail, _finite(agent.cost_usd),
+                     self._text(agent.log_tail), self._text(agent.detail),
+                     _finite(agent.cost_usd),
                      agent.input_tokens, agent.output_tokens, agent.turns))
             conn.executemany(
                 "INSERT INTO criterion_results (run_id, n, pos, story, criterion, nodeid, "
                 "text, kind, outcome, message, claimed, duration) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                ((run_id, n, pos, c.story, c.criterion, c.nodeid, c.text, c.kind, c.outcome,
-                  c.message, int(c.claimed), float(c.duration))
+                ((run_id, n, pos, c.story, c.criterion, c.nodeid, self._text(c.text), c.kind,
+                  c.outcome, self._text(c.message), int(c.claimed), float(c.duration))
                  for pos, c in enumerate(results.criteria)))
             conn.execute("UPDATE runs SET updated = ? WHERE id = ?", (end, run_id))
 
@@ -797,8 +827,9 @@ class History:
                 "INSERT INTO agent_attempts (run_id, n, started, argv, exit_code, duration, "
                 "outcome, log_path, why, cost_usd, input_tokens, output_tokens, turns, pause) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, n, _iso(started), _json(list(agent.argv)), agent.exit_code,
-                 float(agent.duration), agent.outcome, str(agent.log_path), agent.detail,
+                (run_id, n, _iso(started), self._json(list(agent.argv)), agent.exit_code,
+                 float(agent.duration), agent.outcome, str(agent.log_path),
+                 self._text(agent.detail),
                  _finite(agent.cost_usd), agent.input_tokens, agent.output_tokens,
                  agent.turns, float(max(pause, 0.0))))
             attempt_id = int(conn.execute("SELECT last_insert_rowid()").fetchone()[0])
@@ -846,6 +877,7 @@ class History:
             raise ValueError(f"cannot finish a run with status {status!r}; expected one of "
                              f"{', '.join(s for s in RUN_STATUSES if s != 'running')}")
         when = _iso(finished)
+        reason = self._text(reason)
         with self._write() as conn:
             cur = conn.execute(
                 "UPDATE runs SET status = ?, exit_code = ?, reason = ?, finished = ?, "
@@ -871,6 +903,7 @@ class History:
             raise ValueError(f"unknown run status {status!r}; expected one of "
                              f"{', '.join(RUN_STATUSES)}")
         now = _iso(_now())
+        reason = self._text(reason)
         sets = ["status = ?", "reason = ?", "updated = ?"]
         args: list[Any] = [status, reason, now]
         if status == "running":
@@ -912,7 +945,8 @@ class History:
         """
         with self._write() as conn:
             cur = conn.execute("UPDATE runs SET agent_argv = ?, settings = ?, updated = ? "
-                               "WHERE id = ?", (_json(list(argv)), _json(dict(settings)),
+                               "WHERE id = ?", (self._json(list(argv)),
+                                                self._json(dict(settings)),
                                                 _iso(_now()), run_id))
             self._require(cur, run_id)
 
@@ -1055,8 +1089,8 @@ class History:
                 "INSERT INTO runs (id, prd, rootdir, agent_argv, settings, status, started, "
                 "updated, pid, hostname, oracle) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, NULL, "
                 "?, ?)",
-                (run_id, str(prd), str(rootdir), _json(list(argv)), _json(dict(settings)), when,
-                 when, hostname, _json(dict(oracle))))
+                (run_id, str(prd), str(rootdir), self._json(list(argv)),
+                 self._json(dict(settings)), when, when, hostname, _json(dict(oracle))))
             conn.execute("INSERT INTO drivers (run_id, driver, marker, inifile, armed) "
                          "VALUES (?, ?, ?, ?, ?)",
                          (run_id, driver, str(marker), "" if inifile is None else str(inifile),
@@ -1127,11 +1161,11 @@ class History:
                                (_iso(started), tree or "", run_id))
             self._require(cur, run_id)
 
-    @staticmethod
-    def _event(conn: sqlite3.Connection, run_id: str, n: int | None, kind: str,
+    def _event(self, conn: sqlite3.Connection, run_id: str, n: int | None, kind: str,
                message: str) -> int:
         cur = conn.execute("INSERT INTO events (run_id, n, time, kind, message) "
-                           "VALUES (?, ?, ?, ?, ?)", (run_id, n, _iso(_now()), kind, message))
+                           "VALUES (?, ?, ?, ?, ?)",
+                           (run_id, n, _iso(_now()), kind, self._text(message)))
         return int(cur.lastrowid or 0)
 
     def _require(self, cur: sqlite3.Cursor, run_id: str) -> None:

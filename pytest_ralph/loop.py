@@ -742,11 +742,13 @@ class Loop:
                 "count that against the agent; restore them (if an agent made these changes), "
                 "or start a new run with the criteria as they are now: `pytest --ralph "
                 "--ralph-new` (or pass --ralph-allow-criteria-edits)")
-        new_settings = json.loads(json.dumps(to_json(self.settings), default=str))
+        # The history keeps them redacted: compare them redacted.
+        new_settings = self._redactor.json(json.loads(json.dumps(to_json(self.settings),
+                                                                 default=str)))
         differ = [f"{k} {stored.settings.get(k)!r} -> {v!r}" for k, v in new_settings.items()
                   if k in stored.settings and stored.settings[k] != v]
-        if list(stored.argv) != list(argv):
-            differ.append(f"agent {list(stored.argv)} -> {argv}")
+        if list(stored.argv) != self._redactor.json(argv):
+            differ.append(f"agent {list(stored.argv)} -> {self._redactor.json(argv)}")
         if differ:
             self._print("pytest-ralph: the resumed run goes on with changed settings: "
                         + "; ".join(differ))
@@ -1459,7 +1461,7 @@ class Loop:
         if self._out_broken:
             return
         try:
-            self.out.write(text + "\n")
+            self.out.write(self._redactor.text(text) + "\n")
             self.out.flush()
         except (BrokenPipeError, ValueError, OSError):
             self._out_broken = True

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +118,15 @@ class CheckResults:
         for c in self.criteria:
             out.setdefault(c.story, []).append(c)
         return out
+
+    def redacted(self, redact: Callable[[str], str]) -> CheckResults:
+        """These results with ``redact`` applied to every criterion's text and message and to
+        every error (:meth:`pytest_ralph.redact.Redactor.text`: the loop keeps and compares
+        only redacted failures, so a fingerprint is the same in every process that knows the
+        same secrets)."""
+        return replace(self, criteria=tuple(
+            replace(c, text=redact(c.text), message=redact(c.message)) for c in self.criteria),
+            errors=tuple(redact(e) for e in self.errors))
 
     def to_json(self) -> dict[str, Any]:
         """The results as a JSON-ready dict (format in the module docstring)."""

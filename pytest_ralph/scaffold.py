@@ -500,11 +500,16 @@ def init_keys(settings: Settings, rootdir: Path | None = None) -> list[tuple[str
     (the effective value: the default 5 unless given), ``ralph_agent`` when
     ``--ralph-agent`` was given on the command line, and ``ralph_prd`` (relative to
     ``rootdir``, with ``/``) when ``--ralph-prd`` named a PRD other than ``prd.json`` in the
-    rootdir, so that the loop and the gate find the PRD it creates without the option."""
+    rootdir, so that the loop and the gate find the PRD it creates without the option. An
+    agent command that holds a secret (:mod:`pytest_ralph.redact`: a token the shell expanded
+    into ``--ralph-agent``) is never written into the configuration file."""
+    from .redact import Redactor
+
     keys = [(SPEC_BY_NAME["max_iterations"].ini, str(settings.max_iterations))]
     agent = SPEC_BY_NAME["agent"]
     if settings.agent and settings.sources.get("agent") == agent.cli \
-            and "\n" not in settings.agent and "\r" not in settings.agent:
+            and "\n" not in settings.agent and "\r" not in settings.agent \
+            and Redactor.from_env().text(settings.agent) == settings.agent:
         keys.append((agent.ini, settings.agent))
     prd = SPEC_BY_NAME["prd"]
     if settings.prd is not None and rootdir is not None \

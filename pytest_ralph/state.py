@@ -15,6 +15,8 @@ Layout::
       reports/ralph-<topic>-<date>.md
 
 Everything is written as the run goes, so a crash loses at most the iteration in progress.
+No file here holds a secret (:mod:`pytest_ralph.redact`): :meth:`RunDir.write_summary` and
+:meth:`StateDir.append_progress` redact what they write, as the loop does for the rest.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import secrets
 from pathlib import Path
 from typing import IO, Any
 
+from .redact import Redactor
 from .results import atomic_write_text
 
 PROGRESS_FILE = "progress.txt"
@@ -73,7 +76,9 @@ class StateDir:
         return self.root / "reports"
 
     def append_progress(self, text: str) -> None:
-        """Append ``text`` (plus a newline if missing) to ``progress.txt`` and flush it to disk."""
+        """Append ``text`` (plus a newline if missing) to ``progress.txt`` and flush it to disk;
+        secrets are redacted (:meth:`pytest_ralph.redact.Redactor.from_env`)."""
+        text = Redactor.from_env().text(text)
         if not text.endswith("\n"):
             text += "\n"
         with self.progress_path.open("a", encoding="utf-8") as f:
@@ -239,6 +244,9 @@ class RunDir:
         d.mkdir(parents=True, exist_ok=True)
         return d
 
-    def write_summary(self, data: dict[str, Any]) -> None:
-        """Rewrite ``run.json`` atomically."""
-        atomic_write_text(self.path / "run.json", json.dumps(data, indent=1, ensure_ascii=False))
+    def write_summary(self, data: dict[str, Any], redactor: Redactor | None = None) -> None:
+        """Rewrite ``run.json`` atomically, with every string in ``data`` redacted (by
+        ``redactor``; ``None``: the secrets of the environment and the well-known shapes)."""
+        r = redactor or Redactor.from_env()
+        atomic_write_text(self.path / "run.json",
+                          json.dumps(r.json(data), indent=1, ensure_ascii=False))

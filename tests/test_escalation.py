@@ -539,7 +539,10 @@ def test_escalate_command_that_deletes_its_log_does_not_raise(tmp_path: Path) ->
     res = run_escalate(f"rm {log}; echo {ESC_SECRET}", "{}", cwd=tmp_path, log_path=log,
                        timeout=60, redact=Redactor({ESC_SECRET: "API_KEY"}))
     assert res.ok, res.summary
-    assert not log.exists() and list(tmp_path.iterdir()) == []
+    # The command's output goes to a private folder first: the log it tried to delete is
+    # written afterwards, redacted, and nothing else is left beside it.
+    assert ESC_SECRET not in log.read_text() and "[redacted $API_KEY]" in log.read_text()
+    assert list(tmp_path.iterdir()) == [log]
 
 
 def test_the_documented_timeouts_are_the_ones_used() -> None:
@@ -557,3 +560,20 @@ def test_a_first_iteration_that_changed_the_criteria_starts_the_count_at_one() -
     result = states(step(1, "US-1", fail("US-1", "x"), tampered=True),
                     step(2, "US-1", fail("US-1", "y"), tampered=True), breaker=2)
     assert (result["US-1"].streak, result["US-1"].blocked_at) == (2, 2)
+
+
+@posix_only
+def test_escalate_log_is_the_whole_output_with_secrets_redacted(tmp_path: Path) -> None:
+    token = "ghp_" + "Zq8" * 12
+    secret = "tok-" + "x9Y" * 8
+    log = tmp_path / "e.log"
+    lines = [f"line {i} {token} {secret}" for i in range(3000)]  # more than one read
+    script = tmp_path / "print.py"
+    script.write_text("import sys\n" + "".join(f"print({line!r})\n" for line in lines)
+                      + f"sys.stderr.write('err ' + {secret!r} + '\\n')\n")
+    res = run_escalate(f"{sys.executable} -u {script}", "{}", cwd=tmp_path, log_path=log,
+                       timeout=60, redact=Redactor({secret: "MY_TOKEN"}))
+    assert res.ok, log.read_text()
+    want = [f"line {i} [redacted GitHub token] [redacted $MY_TOKEN]" for i in range(3000)]
+    assert log.read_text().splitlines() == [*want, "err [redacted $MY_TOKEN]"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.log", "print.py"]

@@ -882,3 +882,70 @@ def test_mark_crashed_if_dead_leaves_driven_runs_alone(db: Path) -> None:
         assert statuses == {"driven": "running", "adopted": "running", "dead": "crashed"}
         assert [e.kind for e in h.events("driven")] == ["armed"]
         assert {r.id for r in h.driven_runs()} == {"driven", "adopted"}
+
+
+# -- secrets are never written -----------------------------------------------------------------
+
+
+PAT = "ghp_" + "Zq8" * 12
+TOKEN = "tok-" + "x9Y" * 8
+
+
+def _every_text(db: Path) -> str:
+    """Every value of every column of every table, and the raw bytes of the files."""
+    conn = sqlite3.connect(db)
+    try:
+        parts = []
+        for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
+            for row in conn.execute(f"SELECT * FROM {table}"):
+                parts += [str(v) for v in row]
+    finally:
+        conn.close()
+    raw = b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
+    return "\n".join(parts) + raw.decode("utf-8", "replace")
+
+
+def test_every_text_a_write_stores_is_redacted(tmp_path: Path, db: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GH_TOKEN", TOKEN)
+    secret_msg = f"assert {TOKEN!r} == {PAT!r} (postgres://u:hunter2-long@db/x)"
+    with History.open(db) as h:
+        h.begin_run(RUN, prd=Path("/w/prd.json"), rootdir=Path("/w"),
+                    argv=["agent", "--token", TOKEN, "--pat", PAT],
+                    settings={"agent": f"agent --token {TOKEN}", "dir": Path("/w/.p"),
+                              "checks": [["text", f"curl -H 'Authorization: {PAT}'"]]},
+                    started=T0, pid=1, hostname=HOST)
+        agent = AgentRun(("agent", "--token", TOKEN), "exit-nonzero", 1, 1.0,
+                         tmp_path / "a.log", f"log tail {PAT}", detail=f"why {TOKEN}")
+        _record(h, 1, _results(_crit("US-001", "AC1", "failed", secret_msg),
+                               errors=(f"child said {TOKEN}",)), agent,
+                blocked={"US-001": f"blocked on {PAT}"}, diff_stat=f" {PAT}.txt | 1 +")
+        h.record_attempt(RUN, 2, started=T0, agent=agent, pause=1.0)
+        h.add_event(RUN, "note", f"event {TOKEN}")
+        h.update_run(RUN, argv=["agent", TOKEN], settings={"agent": f"agent {PAT}"})
+        h.set_status(RUN, "interrupted", f"reason {TOKEN}")
+        h.finish_run(RUN, "limit", 1, f"stopped: {PAT}", T0)
+        stored = h.run(RUN)
+        (it,) = h.iterations(RUN)
+    text = _every_text(db)
+    assert TOKEN not in text and PAT not in text and "hunter2-long" not in text
+    assert stored is not None
+    assert stored.argv == ("agent", "[redacted $GH_TOKEN]")
+    assert stored.settings == {"agent": "agent [redacted GitHub token]"}
+    assert stored.reason == "stopped: [redacted GitHub token]"
+    (c,) = it.results.criteria
+    assert c.message == ("assert '[redacted $GH_TOKEN]' == '[redacted GitHub token]' "
+                         "(postgres://u:[redacted password]@db/x)")
+    assert it.results.errors == ("child said [redacted $GH_TOKEN]",)
+    assert it.blocked == {"US-001": "blocked on [redacted GitHub token]"}
+    assert it.agent is not None and it.agent.argv == ("agent", "--token", "[redacted $GH_TOKEN]")
+
+
+def test_the_history_uses_the_redactor_it_is_given(db: Path) -> None:
+    from pytest_ralph.redact import Redactor
+
+    with History.open(db, redactor=Redactor({"plain-words": "X_KEY"}, shapes=False)) as h:
+        h.begin_run(RUN, prd=Path("/w/prd.json"), rootdir=Path("/w"),
+                    argv=["plain-words", PAT], settings={}, started=T0, pid=1, hostname=HOST)
+        stored = h.run(RUN)
+    assert stored is not None and stored.argv == ("[redacted $X_KEY]", PAT)

@@ -11,12 +11,21 @@ ones).
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
-from pytest_ralph.redact import MIN_SECRET_CHARS, SECRET_NAME_PARTS, Redactor, secret_values
+from pytest_ralph import redact
+from pytest_ralph.redact import (
+    MIN_SECRET_CHARS,
+    SECRET_NAME_PARTS,
+    SECRET_NAME_WORDS,
+    Redactor,
+    secret_values,
+)
 
 # --- secret_values -----------------------------------------------------------------------
 
@@ -29,13 +38,25 @@ def test_names_containing_a_marker_in_any_case_are_secret(name: str) -> None:
     assert secret_values({name: "s3cr3t-value"}) == {"s3cr3t-value": name}
 
 
-@pytest.mark.parametrize("name", ["PATH", "HOME", "USER", "PASS", "TOKN", "KY", "AUTH"])
+@pytest.mark.parametrize("name", [
+    "GH_PAT", "pat", "SMTP_PASS", "pass", "NPM_AUTH", "auth_header", "GOOGLE_CREDENTIALS",
+    "AWS_CREDENTIAL_FILE", "SSH_PRIVATE", "GPG_PASSPHRASE", "DB_PASSWD", "X2_PAT_Y",
+    "DEPLOY-PASS"])
+def test_new_name_parts_and_words_are_secret(name: str) -> None:
+    assert secret_values({name: "s3cr3t-value"}) == {"s3cr3t-value": name}
+
+
+@pytest.mark.parametrize("name", ["PATH", "PYTHONPATH", "HOME", "USER", "TOKN", "KY",
+                                  "PASSTHROUGH", "COMPASS", "GIT_AUTHOR_NAME", "AUTHOR",
+                                  "XAUTHORITY", "PATTERN", "SPATIAL", "BYPASS_CACHE"])
 def test_other_names_are_not_secret(name: str) -> None:
     assert secret_values({name: "s3cr3t-value"}) == {}
 
 
 def test_secret_name_parts_are_the_documented_ones() -> None:
-    assert SECRET_NAME_PARTS == ("KEY", "TOKEN", "SECRET", "PASSWORD")
+    assert SECRET_NAME_PARTS == ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE",
+                                 "CREDENTIAL", "PRIVATE")
+    assert SECRET_NAME_WORDS == ("PAT", "PASS", "AUTH")
 
 
 def test_values_shorter_than_min_secret_chars_are_ignored() -> None:
@@ -113,7 +134,7 @@ def test_unicode_secret_in_text() -> None:
 
 
 def test_no_secrets_text_is_identity() -> None:
-    r = Redactor({})
+    r = Redactor({}, shapes=False)
     assert not r.active
     text = "anything at all, even [redacted $X]"
     assert r.text(text) is text
@@ -287,7 +308,7 @@ def test_fresh_has_the_same_secrets_and_its_own_state() -> None:
 
 
 def test_no_secrets_stream_is_identity_without_hold_back() -> None:
-    r = Redactor({})
+    r = Redactor({}, shapes=False)
     for chunk in (b"a", b"", b"\xff\xfe partial utf-8 \xe2\x82", b"x" * 100_000):
         assert r.stream(chunk) is chunk
     assert r.flush() == b""
@@ -325,3 +346,278 @@ def test_held_back_bytes_never_grow_with_stream_length() -> None:
         r.stream(b"abcdefg"[: i % 8])  # a prefix of the secret again and again
         held.add(len(r._carry))
     assert max(held) <= r.keep
+
+
+# --- secrets recognised by the shape of their value ----------------------------------------
+
+_RNG = random.Random(2026)
+_B62 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _rand(n: int, alphabet: str = _B62) -> str:
+    return "".join(_RNG.choice(alphabet) for _ in range(n))
+
+
+GH_CLASSIC = "ghp_" + _rand(36)
+GH_FINE = "github_pat_" + _rand(22) + "_" + _rand(59)
+ANTHROPIC = "sk-ant-api03-" + _rand(93, _B62 + "-_") + "AA"
+OPENAI_OLD = "sk-" + _rand(20) + "T3BlbkFJ" + _rand(20)
+OPENAI_PROJ = "sk-proj-" + _rand(120, _B62 + "-_") + "A1a"
+AWS = "AKIA" + _rand(16, _B62[:26] + "0123456789")
+AWS_STS = "ASIA" + _rand(16, _B62[:26] + "0123456789")
+SLACK = "xoxb-123456789012-1234567890123-" + _rand(24)
+GOOGLE = "AIza" + _rand(35, _B62 + "-_")
+
+
+@pytest.mark.parametrize(("token", "kind"), [
+    (GH_CLASSIC, "GitHub token"), ("gho_" + _rand(36), "GitHub token"),
+    ("ghu_" + _rand(36), "GitHub token"), ("ghs_" + _rand(36), "GitHub token"),
+    ("ghr_" + _rand(36), "GitHub token"), (GH_FINE, "GitHub token"),
+    (ANTHROPIC, "Anthropic key"), (OPENAI_OLD, "OpenAI key"), (OPENAI_PROJ, "OpenAI key"),
+    (AWS, "AWS access key id"), (AWS_STS, "AWS access key id"), (SLACK, "Slack token"),
+    ("xoxp-" + _rand(40, _B62 + "-"), "Slack token"), (GOOGLE, "Google API key"),
+], ids=["ghp", "gho", "ghu", "ghs", "ghr", "github_pat", "sk-ant", "sk-old", "sk-proj", "AKIA",
+        "ASIA", "xoxb", "xoxp", "AIza"])
+def test_well_known_shapes_are_redacted_in_any_text(token: str, kind: str) -> None:
+    r = Redactor({})
+    for before, after in [("", ""), ("token=", "\n"), ('{"key": "', '"}'), ("(", ")"),
+                          ("Bearer ", " end"), ("'", "',")]:
+        assert r.text(f"{before}{token}{after}") == f"{before}[redacted {kind}]{after}"
+
+
+@pytest.mark.parametrize("text", [
+    "sk-learn", "scikit-learn", "task-123", "risk-free", "sk-" + "a" * 40,
+    "sk-this-is-a-very-long-slug-of-a-package-name", "disk-" + _rand(40),
+    "ghp_" + _rand(35), "xghp_" + _rand(36), "ghp_" + _rand(36) + "_more",
+    "ghx_" + _rand(36), "github_pat_short", "AKIA" + _rand(15, "ABCDEFGH234567"),
+    "AKIA" + _rand(17, "ABCDEFGH234567"), "akia" + _rand(16, "abcdefgh234567"),
+    "XAKIA" + _rand(16, "ABCDEFGH234567"), "AIza" + _rand(34), "AIza" + _rand(36),
+    "xoxb-123", "xoxq-1234567890-abcdefghij", "4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+    "0f9c1c57-3d6b-4f5e-9a43-5a1a2b3c4d5e", "https://user@example.com/x",
+    "http://localhost:8000/x", "git@github.com:org/repo.git", "ssh://git@host:22/repo",
+    "mailto:ann@example.com", "https://example.com/a?b=c:d@e", "C:\\Users\\ann",
+    "see https://example.com: then user@host", "time 12:30:45@UTC",
+    "[redacted $GH_TOKEN] and postgres://u:[redacted $DB_URL]@db/x",
+    "eyJhbGciOiJIUzI1NiJ9" + _rand(40),
+], ids=lambda t: t[:24])
+def test_near_misses_are_left_alone(text: str) -> None:
+    assert Redactor({}).text(text) == text
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("postgres://ralph:hunter2-long@db.example:5432/app",
+     "postgres://ralph:[redacted password]@db.example:5432/app"),
+    ("redis://:s3@cache:6379/0", "redis://:[redacted password]@cache:6379/0"),
+    ("mysql+pymysql://app:p%40ss;w0rd!@10.0.0.2/db",
+     "mysql+pymysql://app:[redacted password]@10.0.0.2/db"),
+    ("amqp://guest:guest@localhost//", "amqp://guest:[redacted password]@localhost//"),
+    (f"https://x-access-token:{GH_CLASSIC}@github.com/o/r.git",
+     "https://x-access-token:[redacted GitHub token]@github.com/o/r.git"),
+    (f"https://{GH_CLASSIC}:x-oauth-basic@github.com/o/r",
+     "https://[redacted GitHub token]:[redacted password]@github.com/o/r"),
+])
+def test_only_the_password_of_a_url_is_redacted(url: str, shown: str) -> None:
+    r = Redactor({})
+    assert r.text(url) == shown
+    assert r.text(f"DATABASE_URL='{url}' next") == f"DATABASE_URL='{shown}' next"
+
+
+def test_shapes_off_redacts_the_given_values_only() -> None:
+    r = Redactor({"hunter2hunter2": "DB_PASSWORD"}, shapes=False)
+    text = f"{GH_CLASSIC} postgres://u:pw@h hunter2hunter2"
+    assert r.text(text) == f"{GH_CLASSIC} postgres://u:pw@h [redacted $DB_PASSWORD]"
+
+
+# --- secret_values: shapes in the environment ----------------------------------------------
+
+
+def test_a_shaped_value_is_a_secret_of_its_variable_whatever_its_name() -> None:
+    env = {"GH_X": GH_CLASSIC, "UPLOADER": AWS, "LLM": ANTHROPIC, "HOME": "/home/ann",
+           "HEADER": f"Authorization: Bearer {OPENAI_PROJ}"}
+    assert secret_values(env) == {GH_CLASSIC: "GH_X", AWS: "UPLOADER", ANTHROPIC: "LLM",
+                                  OPENAI_PROJ: "HEADER"}
+    r = Redactor.from_env(env)
+    assert r.text(f"a {GH_CLASSIC} b {OPENAI_PROJ}") == "a [redacted $GH_X] b [redacted $HEADER]"
+
+
+def test_the_password_of_a_url_in_the_environment_is_its_secret() -> None:
+    env = {"DATABASE_URL": "postgres://u:hunter2-long@db/x", "SHORT_URL": "redis://:pw@r/0",
+           "PLAIN_URL": "https://example.com/x"}
+    assert secret_values(env) == {"hunter2-long": "DATABASE_URL"}
+    r = Redactor.from_env(env)
+    # In its URL (only the password), alone, and in another URL.
+    assert r.text("postgres://u:hunter2-long@db/x") == "postgres://u:[redacted $DATABASE_URL]@db/x"
+    assert r.text("connecting with hunter2-long") == "connecting with [redacted $DATABASE_URL]"
+    assert r.text("redis://:pw@r/0 https://example.com/x") == (
+        "redis://:[redacted password]@r/0 https://example.com/x")
+    assert r.text("pw alone stays") == "pw alone stays"  # a short password only in its URL
+
+
+def test_a_value_with_a_secret_name_is_redacted_whole_before_its_parts() -> None:
+    env = {"DB_PASSWORD_URL": "postgres://u:hunter2-long@db/x"}
+    assert secret_values(env) == {"postgres://u:hunter2-long@db/x": "DB_PASSWORD_URL",
+                                  "hunter2-long": "DB_PASSWORD_URL"}
+    assert Redactor.from_env(env).text("url postgres://u:hunter2-long@db/x") == (
+        "url [redacted $DB_PASSWORD_URL]")
+
+
+# --- escaped forms, JSON values, restore ---------------------------------------------------
+
+
+def test_a_secret_is_found_as_json_and_xml_escape_it() -> None:
+    value = 'pa"ss&<w\\ord>é\tx'
+    r = Redactor({value: "ODD_PASSWORD"}, shapes=False)
+    label = "[redacted $ODD_PASSWORD]"
+    assert r.text(json.dumps({"m": value})) == json.dumps({"m": label})
+    assert r.text(json.dumps({"m": value}, ensure_ascii=False)) == json.dumps({"m": label})
+    xml_text = value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    assert r.text(f"<a>{xml_text}</a>") == f"<a>{label}</a>"
+    attr = xml_text.replace('"', "&quot;").replace("\t", "&#09;")
+    assert r.text(f'<f message="{attr}"/>') == f'<f message="{label}"/>'
+
+
+def test_json_redacts_every_string_and_keeps_keys() -> None:
+    r = Redactor({"hunter2hunter2": "DB_PASSWORD"})
+    value = {"hunter2hunter2": ["x hunter2hunter2", ("t", GH_CLASSIC)], "n": 3, "b": None,
+             "d": {"k": f"k={AWS}"}}
+    assert r.json(value) == {"hunter2hunter2": ["x [redacted $DB_PASSWORD]",
+                                                ["t", "[redacted GitHub token]"]],
+                             "n": 3, "b": None, "d": {"k": "k=[redacted AWS access key id]"}}
+
+
+def test_restore_puts_back_what_an_environment_variable_holds() -> None:
+    env = {"GH_TOKEN": "tok-" + _rand(20), "DATABASE_URL": "postgres://u:hunter2-long@db/x"}
+    r = Redactor.from_env(env)
+    command = f"notify --token {env['GH_TOKEN']} --db {env['DATABASE_URL']}"
+    stored = r.text(command)
+    assert env["GH_TOKEN"] not in stored and "hunter2-long" not in stored
+    assert r.restore(stored) == command
+    assert r.restores(command)
+    assert r.restore_json({"escalate": stored, "checks": [["a", stored]]}) == {
+        "escalate": command, "checks": [["a", command]]}
+    # A secret of no variable cannot come back; neither can a name the redactor lacks.
+    assert not r.restores(f"notify {GH_CLASSIC}")
+    assert r.restore("[redacted $NOT_SET] [redacted GitHub token]") == (
+        "[redacted $NOT_SET] [redacted GitHub token]")
+
+
+# --- the stream with shapes ----------------------------------------------------------------
+
+
+#: Pieces of text that make shapes, near shapes and environment secrets meet and overlap.
+PIECES = ["ghp_", "gh", "github_pat_", "sk-", "sk-ant-", "AKIA", "ASIA", "AIza", "xoxb-",
+          "://", "u:", "pw", "@", "/", " ", "\n", "-", "_", "Zz9", "aB3" * 12, "Q1w" * 11,
+          "A1B2C3D4E5F6G7H8", "hunter2-long", "x", ":", "é€"]
+STREAM_SECRETS = {"hunter2-long": "DATABASE_URL", "Zz9aB3aB3": "A_KEY"}
+
+
+def test_stream_with_shapes_equals_text_for_random_texts_and_splits() -> None:
+    rng = random.Random(20261201)
+    for _ in range(1500):
+        text = "".join(rng.choice(PIECES) for _ in range(rng.randint(0, 30)))
+        data = text.encode()
+        r = Redactor(STREAM_SECRETS)
+        want = r.text(text).encode()
+        cuts = sorted(rng.sample(range(1, len(data)), min(rng.randint(0, 10),
+                                                          max(len(data) - 1, 0))))
+        assert _streamed(r.fresh(), _cut(data, cuts)) == want, (text, cuts)
+        if len(data) < 200:
+            assert _streamed(r.fresh(), [data[i:i + 1] for i in range(len(data))]) == want
+
+
+@pytest.mark.parametrize("text", [
+    f"pat {GH_CLASSIC} end", f"{GH_FINE}", "url postgres://ralph:hunter2-long@db/x.",
+    f"{AWS}{AWS}", f"x{AWS} {AWS}", f"{OPENAI_PROJ}\n{ANTHROPIC}", f"AIza {GOOGLE}",
+    f"redis://:{GH_CLASSIC}@h", "ends with a prefix ghp_", "ends with gh", "ends with ://u:p",
+])
+def test_stream_every_split_in_two_and_three_with_shapes(text: str) -> None:
+    data = text.encode()
+    r = Redactor(STREAM_SECRETS)
+    want = r.text(text).encode()
+    for k in (1, 2):
+        for cuts in itertools.combinations(range(1, len(data)), k):
+            if k == 2 and cuts[0] % 7:  # every 3-chunk split would be slow: a sample
+                continue
+            assert _streamed(r.fresh(), _cut(data, cuts)) == want, cuts
+
+
+def test_stream_holds_back_a_shape_that_reaches_the_end_of_the_chunk() -> None:
+    r = Redactor({})
+    assert r.stream(b"plain text, nothing to hold.\n") == b"plain text, nothing to hold.\n"
+    assert r.stream(b"token " + GH_CLASSIC[:20].encode()) == b"token "
+    assert r.stream(GH_CLASSIC[20:].encode() + b" done\n") == b"[redacted GitHub token] done\n"
+    assert r.stream(b"a url https://u:pass") == b"a url https"  # the password may go on
+    assert r.stream(b"word@host/\n") == b"://u:[redacted password]@host/\n"
+    assert r.stream(b"ends in g") == b"ends in "  # "g" may start "ghp_"
+    assert r.flush() == b"g"
+
+
+def test_held_back_bytes_stay_bounded_with_shapes() -> None:
+    r = Redactor({"abcdefgh": "A_KEY"})
+    limit = max(r.keep, r.shape_keep)
+    sent, got = [], []
+    for i in range(3000):
+        # A token prefix followed by body characters for ever: too long to be a token.
+        chunk = b"ghp_" if i == 0 else b"aB3"[: i % 4]
+        sent.append(chunk)
+        got.append(r.stream(chunk))
+        assert len(r._carry) <= limit
+    got.append(r.flush())
+    assert b"".join(got) == b"".join(sent)
+
+
+def test_stream_is_fast_enough_for_big_agent_logs() -> None:
+    line = (b'{"type":"assistant","message":{"content":[{"type":"text","text":"Editing '
+            b'src/app.py: see https://example.com/docs?x=1 and task-123"}]}}\n')
+    data = line * (8_000_000 // len(line))
+    r = Redactor({"hunter2-long": "DATABASE_URL"})
+    import time
+
+    start = time.perf_counter()
+    out = b"".join(r.stream(data[i:i + 65536]) for i in range(0, len(data), 65536))
+    out += r.flush()
+    took = time.perf_counter() - start
+    assert out == data
+    assert took < 20, f"8 MB took {took:.1f} s"  # about 0.2 s on one core
+
+
+# --- files ---------------------------------------------------------------------------------
+
+
+def test_redact_file_streams_any_size_and_secrets_across_reads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redact, "FILE_CHUNK_BYTES", 7)
+    src = tmp_path / "raw.log"
+    src.write_bytes(b"\xff\xfe " + f"a {GH_CLASSIC} b hunter2-long c".encode() * 50)
+    dst = tmp_path / "out" / "check.log"
+    dst.parent.mkdir()
+    r = Redactor(STREAM_SECRETS)
+    redact.redact_file(src, dst, r)
+    assert dst.read_bytes() == b"\xff\xfe " + (
+        b"a [redacted GitHub token] b [redacted $DATABASE_URL] c" * 50)
+    assert sorted(p.name for p in dst.parent.iterdir()) == ["check.log"]
+    redact.redact_file(src, src, r)  # in place
+    assert src.read_bytes() == dst.read_bytes()
+
+
+def test_redact_json_file_keeps_it_valid_json(tmp_path: Path) -> None:
+    data = {"criteria": [{"message": "x://u:pw", "text": "c@d"},
+                         {"message": f"token {GH_CLASSIC}", "hunter2-long": "hunter2-long"}],
+            "errors": ["postgres://u:hunter2-long@db/x"]}
+    src = tmp_path / "check.json"
+    src.write_text(json.dumps(data, separators=(",", ":")))  # compact: "pw","text":"c@d"
+    dst = tmp_path / "copy.json"
+    redact.redact_json_file(src, dst, Redactor(STREAM_SECRETS))
+    assert json.loads(dst.read_text()) == {
+        "criteria": [{"message": "x://u:pw", "text": "c@d"},
+                     {"message": "token [redacted GitHub token]",
+                      "hunter2-long": "[redacted $DATABASE_URL]"}],
+        "errors": ["postgres://u:[redacted $DATABASE_URL]@db/x"]}
+
+
+def test_redact_json_file_copies_a_broken_file_as_redacted_bytes(tmp_path: Path) -> None:
+    src = tmp_path / "check.json"
+    src.write_bytes(b'{"half": "hunter2-long ' + GH_CLASSIC.encode())
+    dst = tmp_path / "copy.json"
+    redact.redact_json_file(src, dst, Redactor(STREAM_SECRETS))
+    assert dst.read_bytes() == b'{"half": "[redacted $DATABASE_URL] [redacted GitHub token]'

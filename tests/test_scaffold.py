@@ -486,6 +486,15 @@ def test_init_keys(tmp_path: Path) -> None:
         ("ralph_max_iterations", "5")]
 
 
+def test_init_keys_never_write_an_agent_command_that_holds_a_secret(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_API_TOKEN", "tok-" + "q7W" * 8)
+    for agent in ("mycli --token tok-" + "q7W" * 8, "mycli --pat ghp_" + "Zq8" * 12):
+        settings = resolve(cli={"agent": agent}, env={}, ini=lambda key: None,
+                           ini_file="pytest.ini", invocation_dir=tmp_path, rootdir=tmp_path)
+        assert sc.init_keys(settings) == [("ralph_max_iterations", "5")]
+
+
 def test_init_with_ralph_prd_makes_a_prd_the_loop_finds(pytester: pytest.Pytester) -> None:
     write(pytester.path, {"calc.py": FIXED_CALC, "tests/test_calc.py": TEST_CALC,
                           "conftest.py": ""})
