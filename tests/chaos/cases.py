@@ -805,7 +805,7 @@ CASES: list[Case] = [
              db.close()
              kill_controller()
          """, WEAK=WEAK_TEST, DIGEST=_digest(WEAK_TEST)),
-         on=held(EROFS, ACCEPT, CHANGED,
+         on=held(EROFS, "readonly database", ACCEPT, CHANGED,
                  note=('held only if the sandbox keeps .pytest_ralph/ read-only to the agent '
                        'or the verified snapshot lives where it cannot write')),
          off=documented(0, COMPLETE, limitation=LIMIT_STATE),

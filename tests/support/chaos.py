@@ -30,7 +30,6 @@ Nothing here imports pytest: ``python -m tests.chaos.table`` uses it without a p
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -389,6 +388,8 @@ def warm_pycache(folder: Path) -> Path:
         RuntimeError: the warm-up loop did not run as expected (the throwaway virtualenv
             cannot import pytest-ralph, say), with its output.
     """
+    import fcntl  # POSIX only, like the rest of the suite
+
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
