@@ -9,17 +9,18 @@ whether the loop confines the processes that may run code the agent wrote:
 - ``off``: never confine.
 
 A confined command runs under ``bwrap`` (Debian's ``bubblewrap`` package, 0.8.0 and later)
-with the whole file system read-only (``--ro-bind / /``) except what :class:`Confinement`
-lists as writable (bound read-write over it, in order), then read-only again what it lists as
-read-only inside those (the state folder, a virtualenv inside the project, the files that judge
-the agent's work), a private ``/tmp`` and ``/var/tmp`` (``--tmpfs``; ``TMPDIR`` points there),
-a fresh ``/dev`` and ``/proc``, and an empty ``/run`` (no socket of systemd, D-Bus, Docker
-or the desktop session: each could start a program outside the sandbox). It keeps the
-network (no ``--unshare-net``: agent CLIs talk to their model). It runs in a PID namespace
-of its own (``--unshare-pid``): every process it starts dies with it, ``setsid`` or not, and
-it cannot see or signal the loop's processes. It drops every capability and cannot make user
-namespaces (``--cap-drop ALL --unshare-user --disable-userns``): as root, bubblewrap keeps
-root's capabilities otherwise (``mknod`` of a
+with the whole file system read-only (``--ro-bind / /``), a private home folder (your files in
+it read-only, new ones gone after the run: :attr:`Confinement.home`), except what
+:class:`Confinement` lists as writable (bound read-write over it, in order), then read-only
+again what it lists as read-only inside those (the state folder, a virtualenv inside the
+project, the files that judge the agent's work), a private ``/tmp`` and ``/var/tmp``
+(``--tmpfs``; ``TMPDIR`` points there), a fresh ``/dev`` and ``/proc``, and an empty ``/run``
+(no socket of systemd, D-Bus, Docker or the desktop session: each could start a program
+outside the sandbox). It keeps the network (no ``--unshare-net``: agent CLIs talk to their
+model). It runs in a PID namespace of its own (``--unshare-pid``): every process it starts
+dies with it, ``setsid`` or not, and it cannot see or signal the loop's processes. It drops
+every capability and cannot make user namespaces (``--cap-drop ALL --unshare-user
+--disable-userns``): as root, bubblewrap keeps root's capabilities otherwise (``mknod`` of a
 block device, ``mount``). ``--die-with-parent`` ends it if the loop dies.
 
 Two confinements use it (built by the loop, see :func:`agent_confinement` and
@@ -42,7 +43,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 #: Values of ``ralph_sandbox``.
@@ -244,6 +245,12 @@ class Confinement:
             writable path are what matter; a path that does not exist is skipped).
         env: environment variables set inside (``TMPDIR=/tmp`` always).
         what: who is confined, for messages: ``"the agent"``, ``"the check phase"``.
+        home: the home folder, made private: an empty folder of its own at the same path
+            (``--tmpfs``), in which each entry of the real one is bound back read-only (a
+            symbolic link as a link), before the writable paths. A program may then create
+            files there (a lock folder and a temporary file beside ``~/.claude.json``, which
+            Claude Code needs to save it), and they are gone after the run; it can change
+            none of yours. ``None``: the home folder is read-only like the rest.
     """
 
     chdir: Path
@@ -251,7 +258,7 @@ class Confinement:
     readonly: tuple[Path, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     what: str = "the agent"
-    notes: tuple[str, ...] = field(default=(), compare=False)
+    home: Path | None = None
 
 
 def wrap(sandbox: Sandbox, argv: Sequence[str], confinement: Confinement) -> list[str]:
@@ -265,6 +272,8 @@ def wrap(sandbox: Sandbox, argv: Sequence[str], confinement: Confinement) -> lis
     if sandbox.bwrap is None:
         return list(argv)
     args = base_args(sandbox.bwrap)
+    if confinement.home is not None:
+        args += _private_home(confinement.home)
     writable = _ordered(confinement.writable)
     for path in writable:
         args += ["--bind-try", path, path]
@@ -274,6 +283,29 @@ def wrap(sandbox: Sandbox, argv: Sequence[str], confinement: Confinement) -> lis
     for name, value in confinement.env:
         args += ["--setenv", name, value]
     args += ["--chdir", str(confinement.chdir), "--", *argv]
+    return args
+
+
+def _private_home(home: Path) -> list[str]:
+    """The options that make ``home`` private (see :attr:`Confinement.home`); none when it
+    is not an absolute folder other than ``/``."""
+    real = os.path.realpath(home)
+    if real == os.sep or not os.path.isabs(real) or not os.path.isdir(real):
+        return []
+    args = ["--tmpfs", real]
+    try:
+        entries = sorted(os.listdir(real))
+    except OSError:
+        return args
+    for name in entries:
+        path = os.path.join(real, name)
+        if os.path.islink(path):
+            try:
+                args += ["--symlink", os.readlink(path), path]
+            except OSError:
+                continue
+        else:
+            args += ["--ro-bind-try", path, path]
     return args
 
 
@@ -353,11 +385,12 @@ def command_paths(argv: Sequence[str], project: Path) -> tuple[list[Path], list[
     it is a folder, else the file's folder) is writable, unless that folder is a private
     folder itself or holds the project (its parent must stay read-only: a configuration file
     there would configure the checks), in which case only the path itself is bound,
-    read-only. A scripted agent's script and call log (:mod:`pytest_ralph.testing`) live
-    there."""
+    read-only (so is a path in or around this Python environment's folders). A scripted
+    agent's script and call log (:mod:`pytest_ralph.testing`) live there."""
     root = os.path.realpath(project)
     writable: list[Path] = []
     readonly: list[Path] = []
+    environment = [os.path.realpath(p) for p in _environment_folders()]
     for word in argv:
         for part in word.split("="):
             if not part.startswith(tuple(f"{p}/" for p in PRIVATE_FOLDERS)):
@@ -367,7 +400,9 @@ def command_paths(argv: Sequence[str], project: Path) -> tuple[list[Path], list[
                 continue
             folder = real if os.path.isdir(real) else os.path.dirname(real)
             if folder in PRIVATE_FOLDERS or root == folder or root.startswith(
-                    folder.rstrip(os.sep) + os.sep):
+                    folder.rstrip(os.sep) + os.sep) or any(
+                    folder == e or folder.startswith(e.rstrip(os.sep) + os.sep) or
+                    e.startswith(folder.rstrip(os.sep) + os.sep) for e in environment):
                 readonly.append(Path(real))
             else:
                 writable.append(Path(folder))
@@ -382,10 +417,11 @@ def agent_confinement(sandbox: Sandbox, *, project: Path, state_dir: Path,
     of ``argv``) and ``ralph_sandbox_writable``; ``state_dir`` (the loop's state folder), a
     virtualenv inside the project and ``readonly`` stay read-only."""
     own_rw, own_ro = command_paths(argv, project)
-    ro = [*own_ro, state_dir, *_environment_inside(project), *readonly]
+    ro = [*own_ro, state_dir, *_environment_inside(project), *_environment_hidden(project),
+          *readonly]
     return Confinement(chdir=project, writable=(project, *cli_paths, *own_rw,
                                                 *sandbox.writable),
-                       readonly=tuple(ro), what="the agent")
+                       readonly=tuple(ro), what="the agent", home=_home())
 
 
 def check_confinement(sandbox: Sandbox, *, project: Path, state_dir: Path,
@@ -395,11 +431,48 @@ def check_confinement(sandbox: Sandbox, *, project: Path, state_dir: Path,
     the guarded files and folders), its private ``results`` folder and
     ``ralph_sandbox_writable``; the state folder, the bytecode folder ``pycache`` and a
     virtualenv inside the project stay read-only."""
-    ro = [state_dir, *_environment_inside(project), *judges]
+    ro = [state_dir, *_environment_inside(project), *_environment_hidden(project), *judges]
     if pycache is not None:
         ro.append(pycache)
     return Confinement(chdir=project, writable=(project, results, *sandbox.writable),
-                       readonly=tuple(ro), what="the check phase")
+                       readonly=tuple(ro), what="the check phase", home=_home())
+
+
+def _home() -> Path | None:
+    """``$HOME``, when it is an absolute folder."""
+    home = os.environ.get("HOME", "")
+    return Path(home) if os.path.isabs(home) and os.path.isdir(home) else None
+
+
+def _environment_folders() -> list[str]:
+    """This Python environment's folders: its prefixes, the interpreter's folder,
+    site-packages and the folders of ``sys.path`` (existing ones, absolute)."""
+    import sysconfig
+
+    from .judges import site_folders
+
+    found = [sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.dirname(sys.executable),
+             os.path.dirname(os.path.realpath(sys.executable)),
+             sysconfig.get_paths().get("scripts", ""), *site_folders(),
+             *(p for p in sys.path if isinstance(p, str) and os.path.isabs(p))]
+    return [f for f in dict.fromkeys(found) if f and os.path.isdir(f)]
+
+
+def _environment_hidden(project: Path) -> list[Path]:
+    """The folders of this Python environment that the private ``/tmp`` would hide (a
+    virtualenv or tox environment made in ``/tmp``), outside the project: bound back,
+    read-only, so that the interpreter and its packages are there."""
+    root = os.path.realpath(project)
+    out = []
+    for folder in _environment_folders():
+        real = os.path.realpath(folder)
+        if not real.startswith(tuple(f"{p}/" for p in PRIVATE_FOLDERS)):
+            continue
+        if real == root or real.startswith(root.rstrip(os.sep) + os.sep) or \
+                root.startswith(real.rstrip(os.sep) + os.sep):
+            continue  # the project's own folder, or one holding it: never read-only here
+        out.append(Path(real))
+    return out
 
 
 def _environment_inside(project: Path) -> list[Path]:

@@ -234,3 +234,48 @@ def test_loop_pauses_on_rate_limit_then_completes(pytester: pytest.Pytester,
     assert [o[:2] for o in agent_outcomes(pytester)] == [(1, "ok")]
     assert "the iteration is not spent" in out
     assert "| 1 | rate-limited |" in report_text(pytester)
+
+
+def test_the_real_cli_runs_confined_and_keeps_its_own_state(
+        pytester: pytest.Pytester, loop: Callable[..., Any], model_server: ModelServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 20: the real Claude Code CLI in the sandbox, with a home folder outside the
+    project and outside /tmp, as a user's is: it writes the project and its own state
+    (~/.claude, ~/.claude.json), and nothing else (a Write to the home folder fails)."""
+    import pwd
+    import shutil
+    import tempfile
+
+    base = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".cache" / "pytest-ralph-test-homes"
+    base.mkdir(parents=True, exist_ok=True)
+    home = Path(tempfile.mkdtemp(dir=base))
+    (home / ".claude.json").write_text("{}\n")  # a user's, from an earlier run of the CLI
+    (home / "notes.txt").write_text("mine\n")
+    try:
+        monkeypatch.setenv("HOME", str(home))
+        outside = home / "outside.txt"
+        model_server.add([ToolUse("Write", {"file_path": str(pytester.path / "done.txt"),
+                                            "content": "done\n"}),
+                          ToolUse("Write", {"file_path": str(home / "notes.txt"),
+                                            "content": "the agent's\n"}),
+                          ToolUse("Write", {"file_path": str(outside), "content": "x\n"})],
+                         [Text("Created done.txt.")])
+        result = loop("--ralph-sandbox", "required")
+        out = result.stdout.str() + result.stderr.str()
+        assert result.ret == 0, out
+        assert result.stdout.lines[0].startswith(
+            "pytest-ralph: agent and check phases confined by bubblewrap"), out
+        assert "~/.claude" in result.stdout.lines[0]
+        assert (pytester.path / "done.txt").read_text() == "done\n"
+        assert (home / "notes.txt").read_text() == "mine\n"
+        assert not outside.exists()  # written in its private home folder, gone with it
+        results = [str(r["content"]) for r in model_server.tool_results()]
+        assert "File created successfully" in results[0], results
+        # Your own files stay yours: the CLI's atomic replace of one is refused.
+        assert "EBUSY" in results[1] or "read-only" in results[1].lower(), results
+        # The CLI's own state survived its run: it was written where it belongs.
+        assert (home / ".claude").is_dir() and any((home / ".claude").iterdir())
+        assert json.loads((home / ".claude.json").read_text()) != {}, \
+            (home / ".claude.json").read_text()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

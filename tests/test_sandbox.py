@@ -53,6 +53,7 @@ def home(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Iterator
     base.mkdir(parents=True, exist_ok=True)
     import tempfile
     folder = Path(tempfile.mkdtemp(dir=base))
+    (folder / ".bashrc").write_text("# the user's\n")
     monkeypatch.setenv("HOME", str(folder))
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("PYTEST_RALPH_PYCACHE", "")
@@ -143,6 +144,7 @@ attempt("project", "done.txt")
 attempt("state folder", ".pytest_ralph/forged.txt")
 attempt("parent of the project", "../agent-parent.txt")
 attempt("home", os.path.expanduser("~/.bashrc"))
+attempt("new in home", os.path.expanduser("~/.bash_profile"))
 if not os.environ.get("UNCONFINED"):  # with the sandbox off these would really be written
     attempt("tmp", "/tmp/agent-tmp-file")
     attempt("etc", "/etc/agent-file")
@@ -163,8 +165,10 @@ def test_the_agent_writes_the_project_and_nothing_else(
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     seen = json.loads((pytester.path / "seen.json").read_text())
     assert seen["project"] == "written"
-    for where in ("state folder", "etc", "claude config"):
+    for where in ("state folder", "etc"):
         assert seen[where] == "Read-only file system", where
+    # Not a preset: ~/.claude is not its own; made in its private home, it is gone.
+    assert not (home / ".claude").exists()
     assert seen["home"] == "Read-only file system"
     # The project is under /tmp here: its parent is in the agent's private /tmp (a project
     # elsewhere has a read-only parent); either way nothing reaches the real one.
@@ -174,7 +178,9 @@ def test_the_agent_writes_the_project_and_nothing_else(
     assert seen["tmpdir"] == "/tmp"
     assert seen["processes"][:2] == [1, 2] and len(seen["processes"]) < 10  # its own PIDs
     assert not (pytester.path.parent / "agent-parent.txt").exists()
-    assert not (home / ".bashrc").exists()
+    assert (home / ".bashrc").read_text() == "# the user's\n"
+    # The home folder is private: a new file there is the agent's own, gone after its run.
+    assert seen["new in home"] == "written" and not (home / ".bash_profile").exists()
     result.stdout.fnmatch_lines([
         "pytest-ralph: agent and check phases confined by bubblewrap * (the agent writes: the "
         "project, a private /tmp; read-only: the rest, the state folder .pytest_ralph; "
@@ -193,6 +199,7 @@ def test_sandbox_off_leaves_the_agent_unconfined_and_says_so(
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     seen = json.loads((pytester.path / "seen.json").read_text())
     assert seen["home"] == "written" and seen["parent of the project"] == "written"
+    assert (home / ".bash_profile").exists()
     (pytester.path.parent / "agent-parent.txt").unlink()
     assert result.stdout.lines[0] == (
         "pytest-ralph: agent and check phases NOT confined (ralph_sandbox = off from -o "
@@ -288,6 +295,7 @@ attempt("state folder", ".pytest_ralph/x")
 attempt("site-packages", os.path.join(site.getsitepackages()[0], "evil.pth"))
 attempt("prd", "prd.json")
 attempt("home", os.path.expanduser("~/.bashrc"))
+attempt("new in home", os.path.expanduser("~/.bash_profile"))
 attempt("bytecode", os.path.join(sys.pycache_prefix or "/nonexistent", "evil.pyc"))
 attempt("project", "built.txt")
 LATE = "import time, pathlib\ntime.sleep(1.5)\npathlib.Path('late.txt').write_text('x')"
@@ -314,7 +322,9 @@ def test_code_under_test_runs_confined_in_the_check_phase(
     assert tried == {"test file": "Read-only file system", "state folder":
                      "Read-only file system", "site-packages": "Read-only file system",
                      "prd": "Read-only file system", "home": "Read-only file system",
-                     "bytecode": "Read-only file system", "project": "written"}
+                     "new in home": "written", "bytecode": "Read-only file system",
+                     "project": "written"}
+    assert not (home / ".bash_profile").exists()  # its private home's, gone
     import time
     time.sleep(2.5)
     assert not (pytester.path / "late.txt").exists(), "a process outlived the check phase"
@@ -334,9 +344,10 @@ def test_read_only_paths_inside_writable_ones_come_last(tmp_path: Path) -> None:
         assert flag in argv
     assert argv[argv.index("--cap-drop") + 1] == "ALL"
     rw = argv.index("--bind-try")
-    ro = argv.index("--ro-bind-try")
     assert argv[rw + 1] == str(project.resolve())
-    assert argv[ro + 1] == str((project / ".pytest_ralph").resolve()) and ro > rw
+    state = str((project / ".pytest_ralph").resolve())
+    ro = argv.index(state) - 1
+    assert argv[ro] == "--ro-bind-try" and ro > rw
     assert argv[-2:] == ["--", "agent"]
     assert "--unshare-net" not in argv
 
