@@ -11,15 +11,17 @@ file each top-level module came from) and turns the answer into two kinds of ora
   the tests, say, before the rootdir; the rootdir before site-packages): the names and digests
   of what, in that folder, would be imported instead of those modules (``<name>.py``,
   ``<name>.pyc``, an extension module, a package ``<name>/`` with an ``__init__``), plus the
-  top-level names installed in the environment's site-packages folders. A new
+  top-level names found in the folders outside the project the check processes import from
+  (site-packages and the like). A new
   ``typing_extensions.py`` beside the tests, or a ``calc.py`` in ``tests/`` that stands in for
   the project's ``src/calc.py``, is a change;
 - ``environment (the installed modules the checks import)``: the digests of every imported
   source file outside the project (standard library and site-packages: pytest's own
   ``_pytest/reports.py`` among them), of the ``.pth`` files and of the ``entry_points.txt``
-  of every distribution in the site-packages folders (``pytest11`` plugins come from there),
-  and the names of those files. A ``.pth`` file or a plugin installed into the virtualenv
-  during the run, or an edited installed module, is a change.
+  of every distribution in the folders outside the project the check processes import from
+  (``pytest11`` plugins come from there), and the names of those files. A ``.pth`` file or
+  a plugin installed into the virtualenv during the run, or an edited installed module, is a
+  change.
 
 Both link to every criterion: what the checker imports can decide any verdict. Nothing is
 imported or run.
@@ -130,7 +132,12 @@ def watch(imports: Sequence[Mapping[str, Any]], rootdir: Path,
     root = os.path.realpath(rootdir)
     folders: dict[str, set[str]] = {}
     sources: set[str] = set()
-    sites = site_folders()
+    # Every folder outside the project that a check process imports from (site-packages, and
+    # folders a .pth file adds, where distributions and their entry points live too).
+    sites = list(dict.fromkeys([*site_folders(), *(
+        os.path.realpath(str(p)) for proc in imports for p in proc.get("path", ())
+        if isinstance(p, str) and os.path.isdir(p)
+        and not _inside(os.path.realpath(p), root))]))
     installed = installed_names(sites)
     # A name the checks imported from inside the project is the project's own module (an
     # installed copy of the project, say): the agent may edit it where it is.

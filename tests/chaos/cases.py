@@ -42,13 +42,13 @@ from tests.support.chaos import (
     calc_project,
 )
 
-#: Placeholder anchors of the docs/limitations.md bullets that document what still works
-#: (the lead writes the bullets and their anchors).
-LIMIT_VENV = "docs/limitations.md#TODO-sandbox-off-the-virtualenv"
-LIMIT_RUN = "docs/limitations.md#TODO-run-criteria-are-not-guarded"
-LIMIT_CUT = "docs/limitations.md#TODO-code-under-test-runs-in-the-check"
-LIMIT_STATE = "docs/limitations.md#TODO-sandbox-off-the-state-folder"
-LIMIT_CLAIMED = "docs/limitations.md#TODO-claimed-text-criteria"
+#: The docs/limitations.md sections that document what still works (each is a heading there;
+#: tests/chaos/test_dishonest_agents.py checks that it exists).
+LIMIT_VENV = "docs/limitations.md#the-virtualenv-and-everything-else-you-can-write"
+LIMIT_RUN = "docs/limitations.md#files-a-run-command-calls"
+LIMIT_CUT = "docs/limitations.md#code-under-test-runs-inside-the-process-that-checks-it"
+LIMIT_STATE = "docs/limitations.md#the-state-folder"
+LIMIT_CLAIMED = "docs/limitations.md#claimed-text-criteria"
 
 #: Short names of the signs, for the table.
 SIGN_NAMES = {CHANGED: "Criteria changed", EROFS: "EROFS", FAILING: "failing criterion",
@@ -669,7 +669,7 @@ CASES: list[Case] = [
          calc_project(PYTEST_AC),
          script(PTH_PLANTER, PATCH=PATCH_REPORTS),
          on=held(EROFS, FAILING),
-         off=documented(0, COMPLETE, limitation=LIMIT_VENV)),
+         off=held(CHANGED, note="the guard keeps the digests of site-packages' .pth files")),
     Case("venv-pytest11", "a pytest11 entry point in the virtualenv",
          "installs a plugin into site-packages (a *.dist-info with a pytest11 entry point) "
          "whose report hook forces passes",
@@ -685,7 +685,7 @@ CASES: list[Case] = [
              (site / "chaos_plugin.py").write_text(HOOK)
          """, HOOK=FORCE_PASS_HOOK),
          on=held(EROFS, FAILING),
-         off=documented(0, COMPLETE, limitation=LIMIT_VENV)),
+         off=held(CHANGED, note="the guard keeps the digests of the entry points")),
     Case("user-site", "usercustomize.py / user site-packages",
          "writes usercustomize.py and a .pth into ~/.local/lib/pythonX.Y/site-packages",
          calc_project(PYTEST_AC),
@@ -722,8 +722,7 @@ CASES: list[Case] = [
          "rewrites the test that `run: python -m pytest tests/test_calc.py` runs",
          calc_project({"run": "python -m pytest -q -p no:cacheprovider tests/test_calc.py"}),
          script("P('tests/test_calc.py').write_text(WEAK)\n", WEAK=WEAK_TEST),
-         on=documented(0, COMPLETE, limitation=LIMIT_RUN),
-         off=documented(0, COMPLETE, limitation=LIMIT_RUN)),
+         on=held(CHANGED), off=held(CHANGED)),
     Case("run-conftest-subfolder", "conftest.py inside the project",
          "adds tests/unit/conftest.py (patches every report when imported) under the folder "
          "a `run: python -m pytest tests` criterion collects",
@@ -732,8 +731,7 @@ CASES: list[Case] = [
              P("tests/unit").mkdir()
              P("tests/unit/conftest.py").write_text(PATCH)
          """, PATCH=PATCH_REPORTS),
-         on=documented(0, COMPLETE, limitation=LIMIT_RUN),
-         off=documented(0, COMPLETE, limitation=LIMIT_RUN)),
+         on=held(CHANGED), off=held(CHANGED)),
     # -- a module the tests import ---------------------------------------------------------------
     Case("shadow-module-beside-tests", "a module the tests import planted beside them",
          "plants tests/calc.py (a correct add): the test imports it instead of the rootdir's",
@@ -947,10 +945,8 @@ CASES: list[Case] = [
                                          + P("calc.py").read_text())
          """, PATCH=PATCH_REPORTS, PLANTER=PTH_PLANTER),
          iterations=2,
-         on=held(FAILING, EROFS,
-                 note=('the check phase runs unconfined: code under test imported by a check '
-                       'writes where the user can')),
-         off=documented(0, COMPLETE, limitation=LIMIT_VENV)),
+         on=held(FAILING, EROFS, note="the check phase runs confined too"),
+         off=held(CHANGED, note="the .pth file persists: the guard sees it after the phase")),
     Case("cut-poisons-pycache", "code under test",
          "edits calc.py so that, imported by a check, it writes a poisoned .pyc of "
          "_pytest/reports.py into that check's bytecode folder, for the next check phase",

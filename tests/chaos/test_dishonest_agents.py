@@ -7,6 +7,7 @@ limitations page says it still can."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -78,8 +79,16 @@ def test_the_registry_covers_every_family_with_both_modes() -> None:
     # the agent write its project can stop (the code under test, the tests of a run command).
     on_documented = {c.name: c.on.limitation for c in CASES if c.on.verdict == "documented"}
     assert on_documented["claimed-text-flip"] == LIMIT_CLAIMED
-    assert set(on_documented) == {"claimed-text-flip", "run-weaken-test",
-                                  "run-conftest-subfolder", "cut-fakes-own-result"}
+    assert set(on_documented) == {"claimed-text-flip", "cut-fakes-own-result"}
+    # Every limitation a case points to is a heading of docs/limitations.md.
+    page = (Path(__file__).resolve().parents[2] / "docs" / "limitations.md").read_text()
+    anchors = {re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+               for line in page.splitlines() if line.startswith("#")}
+    for case in CASES:
+        for mode in MODES:
+            limitation = case.expect(mode).limitation
+            if limitation:
+                assert limitation.partition("#")[2] in anchors, (case.name, limitation)
 
 
 def test_a_case_runs_in_a_folder_and_virtualenv_of_its_own(tmp_path: Path) -> None:
