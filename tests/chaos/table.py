@@ -8,8 +8,10 @@ Usage::
 It runs each case in both modes (``-j`` at a time, default 2) in a temporary folder of its own,
 exactly as the test suite does, and prints a Markdown table on stdout (progress on stderr).
 ``--json FILE`` also saves the records; ``--from FILE`` prints the table of saved records
-without running anything. The exit status is 1 when any outcome differs from its expectation
-(the table's last column says how), else 0.
+without running anything (a JSON list, or one record a line as the test suite appends them
+to ``$PYTEST_RALPH_CHAOS_RECORDS``: CI prints the table of its own run that way). The exit
+status is 1 when any outcome differs from its expectation (the table's last column says how),
+else 0.
 """
 
 from __future__ import annotations
@@ -79,7 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from", dest="source", type=Path, help="print saved records")
     args = parser.parse_args(argv)
     if args.source is not None:
-        records = json.loads(args.source.read_text("utf-8"))
+        text = args.source.read_text("utf-8")
+        try:  # a JSON list (--json), or one record a line (the test suite's, see
+            records = json.loads(text)  # PYTEST_RALPH_CHAOS_RECORDS)
+        except ValueError:
+            records = [json.loads(line) for line in text.splitlines() if line.strip()]
     else:
         cases = [c for c in CASES if args.select in c.name]
         with tempfile.TemporaryDirectory(prefix="chaos-table-") as tmp:

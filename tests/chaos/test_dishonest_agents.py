@@ -6,6 +6,7 @@ limitations page says it still can."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.cases import CASES, LIMIT_CLAIMED, Case, problems, run_case
+from tests.chaos.cases import CASES, LIMIT_CLAIMED, Case, as_json, problems, run_case
 from tests.support.chaos import MODES, CaseRun, outer_site_packages, warm_pycache
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux: /proc, bubblewrap")
@@ -30,12 +31,24 @@ def pycache_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return warm_pycache(shared / "chaos-pycache")
 
 
+#: Environment variable: a file each case appends its record to, one JSON object a line.
+RECORDS_ENV = "PYTEST_RALPH_CHAOS_RECORDS"
+
+
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_dishonest_agent(case: Case, mode: str, tmp_path: Path, pycache_template: Path) -> None:
     run = CaseRun(tmp_path, mode, pycache_template=pycache_template)
     run_case(case, run)
     found = problems(case, mode, run)
+    records = os.environ.get(RECORDS_ENV)
+    if records:  # for `python -m tests.chaos.table --from FILE` (CI prints the table)
+        line = json.dumps(as_json(case, mode, run)) + "\n"
+        fd = os.open(records, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
     steps = "\n\n".join(f"--- {s.label}: exit {s.exit}\n{s.output}\n--- agent logs:\n{s.logs}"
                         for s in run.outcome.steps)
     assert not found, (f"{case.name} (sandbox {mode}): {found}\nexpected: "
