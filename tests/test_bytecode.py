@@ -138,4 +138,4 @@ def test_priming_in_the_background_is_waited_for(tmp_path: Path) -> None:
     trusted.prime_in_background(sources)
     assert trusted.ready() == []
     assert all(cache_path(folder, s).is_file() for s in sources)
-    assert importlib.util.MAGIC_NUMBER == cache_path(folder, sources[0]).read_bytes()[:4]
+    assert cache_path(folder, sources[0]).read_bytes()[:4] == importlib.util.MAGIC_NUMBER

@@ -16,7 +16,6 @@ from pytest_ralph.gitdiff import config_digest, tree_snapshot
 from pytest_ralph.importguard import ProjectImports, guarded
 from pytest_ralph.judges import ENVIRONMENT, SHADOWS, take, watch
 from pytest_ralph.oracle import (
-    LOOP_CONFTESTS,
     Change,
     compare,
     loop_conftests,
