@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .canonical import (
     CHECK_FIELDS,
+    NO_NUL_PATTERN,
     STORY_VOCABULARY,
     TOP_VOCABULARY,
     FastRules,
@@ -932,6 +933,14 @@ def _problem(err: jsonschema.ValidationError, where: _Locator) -> Problem:
     elif kind == "required":
         m = re.match(r"^'(.*)' is a required property$", err.message)
         msg = f"missing required key {m.group(1)!r}" if m else err.message
+    elif (kind == "pattern" and value == NO_NUL_PATTERN) or (
+            kind == "anyOf" and list(err.absolute_path)[-1:] == ["pytest"] and _has_nul(inst)):
+        field = next((p for p in reversed(err.absolute_path) if isinstance(p, str)), "")
+        bad = next((v for v in inst if _has_nul(v)), inst) if isinstance(inst, list) else inst
+        among = " in the list" if bad is not inst else ""
+        msg = (f"expected {_NUL_WHAT.get(field, 'text')} without a NUL character (\\u0000); "
+               f"found {_describe(bad)}{among}: the NUL would cut it short where it is used")
+        hint = "remove the escaped NUL from it (\\u0000 in JSON, \\0 in YAML)"
     elif kind == "pattern" and list(err.absolute_path)[-1:] == ["python"]:
         msg = f"expected 'module:function'; found {_describe(inst)}"
         hint = 'e.g. "myapp.checks:login_works"'
@@ -964,6 +973,19 @@ def _problem(err: jsonschema.ValidationError, where: _Locator) -> Problem:
     else:
         msg = err.message
     return Problem(jp, msg, line, col, hint)
+
+
+#: What each field that may not hold a NUL is, for the message.
+_NUL_WHAT = {"run": "a shell command", "testCommand": "a shell command",
+             "cwd": "a folder path", "pytest": "node ids or paths", "exists": "a path",
+             "file": "a path", "db": "a path", "schema": "a path", "instance": "a path"}
+
+
+def _has_nul(value: Any) -> bool:
+    """Whether ``value`` is a string holding a NUL, or a list holding one."""
+    if isinstance(value, str):
+        return "\0" in value
+    return isinstance(value, list) and any(isinstance(v, str) and "\0" in v for v in value)
 
 
 def _criterion_problems(err: jsonschema.ValidationError, where: _Locator) -> list[Problem]:
