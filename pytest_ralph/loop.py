@@ -54,6 +54,7 @@ from .escalation import (
     state_dump,
     story_states,
 )
+from .fileio import read_text
 from .fingerprint import fingerprint, normalize_failure
 from .gitdiff import diff_stat, tree_snapshot
 from .history import DB_NAME, History, HistoryError, StoredIteration, StoredRun
@@ -75,6 +76,7 @@ from .prompt import (
     PROGRESS_CHARS,
     PromptContext,
     pick_story,
+    read_template,
     same_failure_counts,
     template_path,
 )
@@ -82,7 +84,7 @@ from .redact import Redactor
 from .report import dialect_line, no_stories_message, shown_path, story_report, why, write_report
 from .results import CheckResults, CriterionResult
 from .settings import Settings, to_json
-from .state import LockedError, RunDir, StateDir
+from .state import LockedError, RunDir, StateDir, StateError
 from .writeback import story_notes, story_verdicts, write_back
 
 # Exit codes of ``pytest --ralph`` (PRODUCT.md section 3).
@@ -94,6 +96,10 @@ EXIT_USAGE = 4
 EXIT_NO_CRITERIA = 5
 EXIT_BREAKER = 6
 EXIT_AGENT_ERROR = 7
+
+
+#: Largest ``run.json`` of another run read when looking for lost runs, in bytes.
+RUN_JSON_MAX_BYTES = 64 * 1024 * 1024
 
 
 class LoopUsageError(Exception):
@@ -415,10 +421,11 @@ class Loop:
     def _template(self) -> str:
         path = self.settings.prompt or template_path("prompt.md")
         try:
-            return path.read_text("utf-8")
+            return read_template(path)  # bounded; never blocks on a FIFO
         except (OSError, UnicodeDecodeError) as exc:
+            why = getattr(exc, "strerror", None) or exc
             raise LoopUsageError(f"cannot read the prompt template {path} (from "
-                                 f"{self.settings.sources.get('prompt')}): {exc}") from None
+                                 f"{self.settings.sources.get('prompt')}): {why}") from None
 
     def _text_kind(self, text: str) -> str:
         """How a text criterion is decided: ``text`` (a ``ralph_checks`` command),
@@ -694,8 +701,9 @@ class Loop:
             rid = summary.parent.name
             if rid == new_id or self.history.run(rid) is not None:
                 continue
-            with contextlib.suppress(OSError, ValueError):
-                if json.loads(summary.read_text("utf-8")).get("prd") == str(prd.path):
+            with contextlib.suppress(OSError, ValueError, RecursionError, AttributeError):
+                # read_text: a FIFO or a device planted as run.json is never read
+                if json.loads(read_text(summary, RUN_JSON_MAX_BYTES)).get("prd") == str(prd.path):
                     lost.append(rid)
         if not lost:
             return []
@@ -1534,7 +1542,7 @@ def run_loop(loop: Loop, *, dry_run: bool, err: Callable[[str], None]) -> int:
     """
     try:
         return loop.dry_run() if dry_run else loop.run()
-    except LoopUsageError as exc:
+    except (LoopUsageError, StateError) as exc:  # StateError: progress.txt a folder, say
         err(f"pytest-ralph: {exc}")
         return EXIT_USAGE
     except NoCriteria as exc:

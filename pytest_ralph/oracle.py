@@ -67,6 +67,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .fileio import FileTooLarge, NotRegularFile, open_regular, read_bytes
 from .model import PRD, Criterion
 from .results import CheckResults, CriterionResult
 
@@ -540,10 +541,12 @@ def _chain(folder: Path, root: Path) -> list[Path]:
 
 def _file_digest(path: Path) -> str:
     h = hashlib.sha256()
-    try:
-        with path.open("rb") as f:
+    try:  # open_regular: a FIFO or a device planted there is never read (it would hang)
+        with os.fdopen(open_regular(path), "rb") as f:
             for block in iter(lambda: f.read(1 << 16), b""):
                 h.update(block)
+    except NotRegularFile as exc:  # a change of its own kind (a folder: absent, as before)
+        return ABSENT if exc.kind == "a folder" else f"special: {exc.kind}"
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return ABSENT
     except OSError as exc:  # unreadable: a change of its own kind
@@ -571,7 +574,11 @@ def _config_digest(inifile: Path, root: Path) -> str:
     other configuration file, moving its rootdir there). Otherwise, a file without a pytest
     section has the digest of ``None``: its appearing is a change."""
     try:
-        raw = inifile.read_bytes()
+        raw = read_bytes(inifile, 16 * 1024 * 1024)  # never blocks on a FIFO
+    except NotRegularFile as exc:
+        return ABSENT if exc.kind == "a folder" else f"special: {exc.kind}"
+    except FileTooLarge:
+        return _file_digest(inifile)
     except OSError:
         return ABSENT
     section: object = None

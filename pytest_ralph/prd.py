@@ -43,6 +43,7 @@ from .dialects import (
     normalize,
     source_path,
 )
+from .fileio import FileTooLarge, NotRegularFile, read_bytes
 from .lines import JSONLines
 from .model import PRD, Criterion, DeferredLine, Story
 
@@ -346,19 +347,34 @@ def _conflict_problems(text: str) -> list[Problem]:
 
 
 def _read_text(path: Path, max_bytes: int) -> str:
+    """The PRD's text, read without ever blocking (a FIFO) or reading without end
+    (``/dev/zero``): a regular file of at most ``max_bytes`` bytes (:mod:`pytest_ralph.fileio`).
+
+    Raises:
+        PRDError: missing, not a regular file, over the limit, unreadable, or not UTF-8 text.
+    """
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise PRDError(path, [Problem(
-                "$", f"file is {size} bytes, over the limit of {max_bytes} bytes",
-                hint="split the PRD, or raise the limit (ini ralph_max_prd_bytes)")])
-        raw = path.read_bytes()
+        raw = read_bytes(path, max_bytes)
+    except FileTooLarge as exc:
+        raise PRDError(path, [Problem(
+            "$", f"file is {exc.size} bytes, over the limit of {max_bytes} bytes",
+            hint="split the PRD, or raise the limit (ini ralph_max_prd_bytes)")]) from None
     except FileNotFoundError:
         raise PRDError(path, [Problem("$", "file not found")]) from None
+    except NotRegularFile as exc:
+        if exc.kind == "a folder":
+            raise PRDError(path, [Problem("$", "expected a file, found a directory")]) from None
+        raise PRDError(path, [Problem(
+            "$", f"expected a regular file, found {exc.kind}",
+            hint="name the PRD's own JSON or YAML file (nothing is read from a FIFO or a "
+                 "device)")]) from None
     except IsADirectoryError:
         raise PRDError(path, [Problem("$", "expected a file, found a directory")]) from None
     except OSError as exc:
         raise PRDError(path, [Problem("$", f"cannot read the file: {exc.strerror}")]) from None
+    except ValueError:  # os.open: "embedded null byte"
+        raise PRDError(path, [Problem("$", "the path holds a NUL character; expected a file "
+                                           "path")]) from None
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or _looks_utf16(raw):
         raise PRDError(path, [Problem("$", "file is UTF-16; expected UTF-8",
                                       hint="save the file as UTF-8")])
@@ -1289,10 +1305,12 @@ _TIMED_KINDS = frozenset(["run", "pytest", "python"])
 
 def discover_prd(rootdir: Path) -> Path | None:
     """The first of ``prd.json``, ``prd.jsonc``, ``prd.yaml``, ``prd.yml`` in ``rootdir``,
-    then in ``rootdir/.ralph``, then in ``rootdir/scripts/ralph``; ``None`` if there is none."""
+    then in ``rootdir/.ralph``, then in ``rootdir/scripts/ralph``; ``None`` if there is none.
+    A folder of that name is passed over; anything else there (a FIFO, a device) is found, so
+    that loading it says what it is instead of a "no PRD found"."""
     for folder in PRD_SEARCH_DIRS:
         for name in PRD_FILE_NAMES:
             candidate = rootdir / folder / name
-            if candidate.is_file():
+            if candidate.exists() and not candidate.is_dir():
                 return candidate.resolve()
     return None
