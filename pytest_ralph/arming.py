@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from .fileio import FileTooLarge, NotRegularFile, read_bytes
 from .hook import CONTROLLER_ENV, MARKER_PARTS
 
 __all__ = [
@@ -92,7 +93,8 @@ def read_marker(path: Path) -> Armed:
     """Read and check an arming file.
 
     Raises:
-        MarkerError: unreadable, over :data:`MAX_MARKER_BYTES`, not UTF-8 JSON, not an object,
+        MarkerError: unreadable, not a regular file (a FIFO, a folder...), over
+            :data:`MAX_MARKER_BYTES`, not UTF-8 JSON (or nested too deeply), not an object,
             another version, or a field missing or of the wrong type; the message names the
             field and says how to recover (``pytest --ralph-cancel`` then ``pytest
             --ralph-init --ralph-driver claude``).
@@ -100,17 +102,23 @@ def read_marker(path: Path) -> Armed:
     fix = ("; remove it (`pytest --ralph-cancel`) and arm again with `pytest --ralph-init "
            "--ralph-driver claude`")
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_MARKER_BYTES + 1)
-    except OSError as exc:
-        raise MarkerError(f"cannot read the arming file {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_MARKER_BYTES:
+        data = read_bytes(path, MAX_MARKER_BYTES)
+    except FileTooLarge:
         raise MarkerError(f"the arming file {path} is over {MAX_MARKER_BYTES} bytes: not "
-                          f"written by pytest-ralph{fix}")
+                          f"written by pytest-ralph{fix}") from None
+    except NotRegularFile as exc:
+        raise MarkerError(f"the arming file {path} is {exc.kind}, expected a regular file (a "
+                          f"small JSON file){fix}") from None
+    except (OSError, ValueError) as exc:
+        raise MarkerError(f"cannot read the arming file {path}: "
+                          f"{getattr(exc, 'strerror', None) or exc}") from None
     try:
         obj = json.loads(data.decode("utf-8-sig"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except ValueError as exc:  # UnicodeDecodeError included
         raise MarkerError(f"the arming file {path} is not UTF-8 JSON ({exc}){fix}") from None
+    except RecursionError:
+        raise MarkerError(f"the arming file {path} holds JSON nested too deeply to read: not "
+                          f"written by pytest-ralph{fix}") from None
     if not isinstance(obj, dict):
         raise MarkerError(f"the arming file {path}: expected a JSON object at $, found "
                           f"{type(obj).__name__}{fix}")

@@ -92,6 +92,10 @@ _EXTRA_DEPTH = 32
 _SCALARS = (str, int, bool, type(None))
 
 
+#: The schema's pattern of a text that reaches a command line or the file system: no NUL.
+NO_NUL_PATTERN = "^[^\\u0000]*$"
+
+
 @dataclass(frozen=True)
 class FastRules:
     """The limits of the schema the fast path applies, read from ``prd.schema.json``.
@@ -102,6 +106,9 @@ class FastRules:
         python_pattern: the ``pythonCriterion.python`` pattern.
         priority_min, priority_max: the story ``priority`` bounds.
         timeout_max: the largest ``timeout`` of a check, in seconds.
+        no_nul: the check fields whose text may not hold a NUL character (it would reach
+            a command line or a path): those whose schema (or list items' schema) has the
+            pattern :data:`NO_NUL_PATTERN`.
     """
 
     id_pattern: re.Pattern[str]
@@ -111,6 +118,7 @@ class FastRules:
     priority_min: int
     priority_max: int
     timeout_max: float
+    no_nul: frozenset[str] = frozenset()
 
     @classmethod
     def from_schema(cls, schema: dict[str, Any]) -> FastRules:
@@ -123,6 +131,15 @@ class FastRules:
         defs = schema["$defs"]
         ident = defs["id"]
         priority = defs["story"]["properties"]["priority"]
+        no_nul = set()
+        for name, branch in defs.items():
+            if not name.endswith("Criterion"):
+                continue
+            for field, node in branch.get("properties", {}).items():
+                nodes = [node, *node.get("anyOf", [])]
+                nodes += [n["items"] for n in nodes if isinstance(n.get("items"), dict)]
+                if any(n.get("pattern") == NO_NUL_PATTERN for n in nodes):
+                    no_nul.add(field)
         return cls(
             id_pattern=re.compile(ident["pattern"]),
             id_min=ident["minLength"],
@@ -131,6 +148,7 @@ class FastRules:
             priority_min=priority["minimum"],
             priority_max=priority["maximum"],
             timeout_max=defs["runCriterion"]["properties"]["timeout"]["maximum"],
+            no_nul=frozenset(no_nul),
         )
 
 
@@ -309,9 +327,10 @@ def _field(key: str, field: str, value: Any, rules: FastRules, seen: set[int]) -
                 raise _Slow
             seen.add(id(value))
         targets = value if type(value) is list else [value]
-        if not targets or any(type(t) is not str or not t for t in targets):
+        if not targets or any(type(t) is not str or not t
+                              or (field in rules.no_nul and "\0" in t) for t in targets):
             raise _Slow
-    elif type(value) is not str or not value:
+    elif type(value) is not str or not value or (field in rules.no_nul and "\0" in value):
         raise _Slow
     elif field == "python":
         if not rules.python_pattern.search(value):

@@ -53,12 +53,20 @@ from .checkrun import (
     private_bytecode,
     pytest_command,
 )
+from .fileio import NotRegularFile, check_regular, kind_of, open_regular, read_text
 from .model import CRITERION_KINDS, Criterion, Story, fold_text
 from .prd import _default_text
 from .process import Finished, read_tail, run_in_group
 
 #: Default seconds a ``run`` criterion may take before its process group is killed.
 DEFAULT_CHECK_TIMEOUT = 600.0
+
+#: Largest file a ``file`` + ``contains`` check reads, in bytes; a larger one fails.
+CONTAINS_MAX_BYTES = 64 * 1024 * 1024
+
+#: Largest schema or instance file (or file a ``$ref`` names) a ``schema`` check reads, in
+#: bytes; a larger one fails.
+SCHEMA_FILE_MAX_BYTES = 64 * 1024 * 1024
 
 #: Bytes of a failing command's output kept in the failure message.
 OUTPUT_TAIL_BYTES = 4000
@@ -650,17 +658,22 @@ class PathCheck:
     contains: str | None = None
 
     def run(self) -> CheckResult:
-        """Look at the path now."""
+        """Look at the path now. The file of a ``contains`` check is read only when it is a
+        regular file of at most :data:`CONTAINS_MAX_BYTES` bytes (never a FIFO, which would
+        block, or a device such as ``/dev/zero``, which never ends)."""
         what = "a file" if self.file else "a file or folder"
         if not os.path.exists(self.path):
             return CheckResult(False, f"nothing at `{self.shown}`; expected {what} there")
         if self.file and not os.path.isfile(self.path):
-            return CheckResult(False, f"`{self.shown}` is a folder; expected a file")
+            try:
+                kind = kind_of(os.stat(self.path).st_mode)
+            except OSError:  # gone meanwhile
+                kind = "not there any more"
+            return CheckResult(False, f"`{self.shown}` is {kind}; expected a regular file")
         if self.contains is None:
             return CheckResult(True)
         try:
-            with open(self.path, encoding="utf-8", errors="replace") as f:
-                text = f.read()
+            text = read_text(self.path, CONTAINS_MAX_BYTES, errors="replace")
         except OSError as exc:
             return CheckResult(False, f"cannot read `{self.shown}`: {exc.strerror}; expected "
                                       f"its text to match /{self.contains}/")
@@ -697,7 +710,12 @@ class SqlCheck:
         import urllib.request
 
         where = f"`{self.sql}` on `{self.shown}`"
-        if not self.db.is_file():
+        try:
+            check_regular(self.db)  # SQLite would block on a FIFO
+        except NotRegularFile as exc:
+            return CheckResult(False, f"`{self.shown}` is {exc.kind}; expected a SQLite file "
+                                      f"for {where}")
+        except (OSError, ValueError):
             return CheckResult(False, f"no database at `{self.shown}`; expected a SQLite file "
                                       f"for {where}")
         try:
@@ -752,8 +770,8 @@ class SchemaCheck:
             try:
                 loaded.append(_load_json_or_yaml(path))
             except (OSError, ValueError) as exc:
-                return CheckResult(False, f"cannot load `{shown}`: {exc}; expected a JSON or "
-                                          "YAML file")
+                return CheckResult(False, f"cannot load `{shown}`: {_reason(exc)}; expected a "
+                                          "JSON or YAML file")
         schema, instance = loaded
         try:
             validator_cls = jsonschema.validators.validator_for(schema)
@@ -761,6 +779,10 @@ class SchemaCheck:
             registry = _local_registry(self.schema.parent, validator_cls)
             errors = sorted(validator_cls(schema, registry=registry).iter_errors(instance),
                             key=lambda e: list(map(str, e.absolute_path)))
+        except RecursionError:
+            return CheckResult(False, f"`{instance_shown}` or `{schema_shown}` is nested too "
+                                      "deeply to validate; expected JSON or YAML data of "
+                                      "reasonable depth")
         except jsonschema.SchemaError as exc:
             return CheckResult(False, f"`{schema_shown}` is not a valid JSON Schema: "
                                       f"{exc.message}")
@@ -788,21 +810,34 @@ class SchemaCheck:
 
 def _load_json_or_yaml(path: Path) -> Any:
     """The data of a JSON file, or of a YAML one (``.yaml``/``.yml``, read with
-    ``yaml.safe_load``).
+    ``yaml.safe_load``), read only when it is a regular file of at most
+    :data:`SCHEMA_FILE_MAX_BYTES` bytes.
 
     Raises:
-        OSError: the file cannot be read.
-        ValueError: it is not UTF-8, JSON or YAML (a ``yaml.YAMLError`` is re-raised as one).
+        OSError: the file cannot be read, is not a regular file (a FIFO, a device, a
+            folder: :class:`~pytest_ralph.fileio.NotRegularFile`) or is over the limit.
+        ValueError: it is not UTF-8, JSON or YAML (a ``yaml.YAMLError`` is re-raised as one),
+            or it is nested too deeply to read.
     """
     import yaml
 
-    text = path.read_text("utf-8")
-    if path.suffix.lower() not in (".yaml", ".yml"):
-        return json.loads(text)
+    text = read_text(path, SCHEMA_FILE_MAX_BYTES)
     try:
+        if path.suffix.lower() not in (".yaml", ".yml"):
+            return json.loads(text)
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ValueError(str(exc)) from None
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """What an error says, without ``[Errno N]`` and the repeated path of an
+    :class:`OSError`."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
 
 
 def _local_registry(folder: Path, validator_cls: Any) -> Any:
@@ -822,7 +857,7 @@ def _local_registry(folder: Path, validator_cls: Any) -> Any:
         try:
             contents = _load_json_or_yaml(path)
         except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot load {path}: {exc}") from None
+            raise ValueError(f"cannot load {path}: {_reason(exc)}") from None
         return referencing.Resource.from_contents(
             contents, default_specification=referencing.jsonschema.specification_with(
                 validator_cls.META_SCHEMA.get("$schema", ""),
@@ -945,8 +980,8 @@ def _verdict_records(path: Path, nonce: str) -> list[tuple[Any, ...]]:
     order. Only lines that are a Python tuple literal starting with ``nonce`` and shaped as
     :data:`_RECORD_FIELDS` says count; anything else in the file is ignored. The first
     :data:`VERDICT_MAX_BYTES` bytes are read; a missing file has no records."""
-    try:
-        with path.open("rb") as f:
+    try:  # the checked code may have put a FIFO there: never block on it
+        with os.fdopen(open_regular(path), "rb") as f:
             data = f.read(VERDICT_MAX_BYTES)
     except OSError:
         return []

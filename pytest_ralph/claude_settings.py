@@ -39,7 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .fileio import NotRegularFile, read_bytes
 from .stop_payload import json_kind
+
+#: Largest ``.claude/settings.json`` read, in bytes (a real one is a few KB).
+MAX_SETTINGS_BYTES = 16 * 1024 * 1024
 
 #: The module Claude Code runs as the Stop hook.
 HOOK_MODULE = "pytest_ralph.hook"
@@ -293,12 +297,16 @@ def read_settings(path: Path) -> dict[str, Any]:
     """The parsed settings object; ``{}`` for a missing or blank file.
 
     Raises:
-        SettingsFileError: unreadable, not UTF-8, not JSON, or not a JSON object.
+        SettingsFileError: unreadable, not a regular file (a FIFO, a device), over
+            :data:`MAX_SETTINGS_BYTES`, not UTF-8, not JSON, or not a JSON object.
     """
     try:
-        data = path.read_bytes()
+        data = read_bytes(path, MAX_SETTINGS_BYTES)  # never blocks on a FIFO
     except FileNotFoundError:
         return {}
+    except NotRegularFile as exc:
+        raise SettingsFileError(path, f"is {exc.kind}, not a regular file; expected Claude "
+                                      "Code's JSON settings file there: move it aside.") from exc
     except OSError as exc:
         raise SettingsFileError(path, f"cannot be read ({exc.strerror or exc}); check that the "
                                       "path is a readable file in a folder.") from exc
@@ -311,6 +319,8 @@ def read_settings(path: Path) -> dict[str, Any]:
         return {}
     try:
         settings = json.loads(text)
+    except RecursionError as exc:
+        raise SettingsFileError(path, "is JSON nested too deeply to read; fix the file.") from exc
     except json.JSONDecodeError as exc:
         raise SettingsFileError(
             path, f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "

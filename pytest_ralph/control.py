@@ -113,6 +113,18 @@ def _where(run: StoredRun) -> str:
     return f"pid {run.pid}{host}"
 
 
+def _missing(path: Path) -> bool:
+    """Whether nothing is at ``path``: ``False`` when something is there or when it cannot
+    be told (a folder this user may not read: opening the history then says why)."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return False
+
+
 def status(state_root: Path, *, now: _dt.datetime | None = None) -> tuple[int, str]:
     """The status of the run in the state folder ``state_root``: the run whose loop holds
     the folder's lock, else the run started last; then one line for each other PRD whose
@@ -302,7 +314,7 @@ def _cancel(state_root: Path) -> tuple[int, str]:
         nothing to cancel; :data:`EXIT_HISTORY_ERROR` when the history cannot be opened.
     """
     db = state_root / DB_NAME
-    if not db.exists():
+    if _missing(db):
         return 0, f"pytest-ralph: nothing to cancel: no runs yet in {state_root}"
     try:
         history = History.open(db)

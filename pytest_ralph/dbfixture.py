@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from .sqlitedb import DatabaseError, build_database, verify_database
+from .fileio import read_bytes
+from .sqlitedb import MAX_SQL_FILE_BYTES, DatabaseError, build_database, verify_database
 
 __all__ = ["MARKER", "SCHEMA_INI", "SEED_INI", "RalphDatabase", "ralph_db"]
 
@@ -145,7 +146,7 @@ class _Builds:
 
 def _identity(role: str, path: Path) -> tuple[str, str]:
     try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest = hashlib.sha256(read_bytes(path, MAX_SQL_FILE_BYTES)).hexdigest()
     except OSError as exc:
         digest = f"unreadable: {exc.errno}"
     return f"{role}:{os.path.abspath(path)}", digest

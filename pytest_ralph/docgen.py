@@ -36,6 +36,7 @@ _PATTERN_WORDS: dict[str, str] = {
         "`module:function`: two dotted Python names joined by `:`",
     "^[A-Za-z][A-Za-z0-9_.-]*$(?!\\n)":
         "starts with a letter, then only letters, digits, `_`, `.` and `-`",
+    "^[^\\u0000]*$": "no NUL character (`\\u0000`)",
 }
 
 #: Words for fields the schema gives no description (said here, not in the schema).

@@ -70,7 +70,7 @@ from .prd import PRDError, load_prd
 from .prompt import pick_story
 from .redact import Redactor
 from .settings import Settings, SettingsError, from_json, to_json
-from .state import RunDir, StateDir
+from .state import RunDir, StateDir, StateError
 from .stop_payload import (
     StopPayload,
     allow,
@@ -313,7 +313,14 @@ def on_stop(armed: Armed, payload: StopPayload, *, python: str = sys.executable)
     """
     state = StateDir(armed.state_dir)
     db = state.root / DB_NAME
-    if not db.exists():
+    try:
+        db.stat()
+        gone = False
+    except FileNotFoundError:
+        gone = True
+    except OSError:  # cannot be told: History.open says why, and the arming file stays
+        gone = False
+    if gone:
         remove_marker(armed.path, armed.run)
         return Answer(stderr=f"pytest-ralph: the run history {db} named by {armed.path} does "
                              "not exist; the arming file was removed and the stop allowed")
@@ -350,7 +357,7 @@ def on_stop(armed: Armed, payload: StopPayload, *, python: str = sys.executable)
     try:
         with guarded(stored.rootdir), loop.locked(state):
             answer = loop.stop(stored.id, armed, payload)
-    except LoopUsageError as exc:
+    except (LoopUsageError, StateError) as exc:
         answer = Answer(stderr=f"pytest-ralph: {exc}; the stop is allowed")
     log = out.getvalue()
     if log:

@@ -93,10 +93,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import json
 import os
 import socket
 import sqlite3
+import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +106,7 @@ from types import TracebackType
 from typing import Any
 
 from .agent import AgentRun
+from .fileio import kind_of
 from .oracle import Change
 from .redact import Redactor
 from .results import CheckResults, CriterionResult
@@ -595,7 +598,8 @@ class History:
                 than :data:`BUSY_TIMEOUT`; read-only, the message says which permissions
                 SQLite needs).
         """
-        if readonly and not path.exists():
+        exists = _regular_or_missing(path)  # a folder or a FIFO there: HistoryError
+        if readonly and not exists:
             raise NoHistory(f"no run history yet: {path} does not exist (the first "
                             "`pytest --ralph` creates it)")
         if readonly:
@@ -1539,6 +1543,38 @@ def _damaged(path: Path, detail: str, *, move: bool) -> HistoryError:
     return HistoryError(f"the run history {path} is damaged or not a SQLite database "
                         f"({detail}); it was moved to {dest} (nothing was deleted) and the next "
                         "`pytest --ralph` starts a new history")
+
+
+def _regular_or_missing(path: Path) -> bool:
+    """Whether the history file ``path`` exists; it must be a regular file, and so must its
+    ``-wal`` and ``-shm`` files when they exist (SQLite would block forever on a FIFO).
+
+    Raises:
+        HistoryError: one of them is a folder, a FIFO, a device...; or ``path`` cannot be
+            looked at (a state folder that is a file, or that this user may not read): not
+            "no history", which would hide the history that is there.
+    """
+    for name in (path.name, path.name + "-wal", path.name + "-shm"):
+        file = path.with_name(name)
+        try:
+            mode = os.stat(file).st_mode
+        except FileNotFoundError:
+            if file == path:
+                return False
+            continue
+        except OSError as exc:
+            if exc.errno == errno.ENOTDIR:
+                raise HistoryError(f"cannot open the run history {path}: the state folder "
+                                   f"{path.parent} is not a folder; set ralph_dir to a folder "
+                                   "(or move that file aside)") from None
+            raise HistoryError(f"cannot open the run history {path}: {exc.strerror or exc}; "
+                               f"check that {path.parent} is a folder this user may read"
+                               ) from None
+        if not stat.S_ISREG(mode):
+            raise HistoryError(f"the run history {file} is {kind_of(mode)}, not a SQLite "
+                               f"file: move it aside or remove it (pytest-ralph starts a new "
+                               "history there)")
+    return True
 
 
 def _cannot(path: Path, exc: sqlite3.Error) -> str:

@@ -14,9 +14,12 @@ and always exits 0:
 - otherwise :func:`pytest_ralph.driver.on_stop` checks the criteria and answers (block with
   the next prompt, or allow with a ``systemMessage``).
 
-It never wedges a session: empty stdin, invalid JSON or UTF-8, a missing transcript, an
-unreadable arming file or history, even an internal error all let the stop go ahead, with
-the reason on stderr.
+It never wedges a session: a closed stdin, stdout or stderr, empty stdin, a payload over
+:data:`MAX_STDIN_BYTES`, invalid JSON or UTF-8, JSON nested too deeply to read, a value that
+is not a JSON object, a missing or special transcript (a FIFO, a device), an unreadable
+arming file or history, even an internal error all let the stop go ahead: nothing on
+stdout, the reason in one line on stderr, exit 0. (One case is beyond any Python program:
+when stdin is a folder, the interpreter itself refuses to start, before this module runs.)
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import BinaryIO
 
 #: Environment variable ``pytest --ralph`` sets for its agent runs: a Stop hook inside such a
@@ -39,16 +43,22 @@ MARKER_PARTS = (".claude", "pytest-ralph.local.json")
 #: Bytes of stdin read at most (a Stop payload with a long last message is well under this).
 MAX_STDIN_BYTES = 16 * 1024 * 1024
 
+#: A ``cwd`` or ``$CLAUDE_PROJECT_DIR`` longer than this many characters is ignored: no
+#: real folder has such a path (Linux's ``PATH_MAX`` is 4096 bytes), and walking up the
+#: parents of a multi-megabyte one would take hours.
+MAX_PATH_CHARS = 4096
+
 
 def candidates(cwd: str, project_dir: str | None) -> list[str]:
     """Folders whose arming file the hook looks at, in order: ``$CLAUDE_PROJECT_DIR`` (set
     by Claude Code for hooks), then the payload's ``cwd`` and each of its parents (a session
     may have moved into a subfolder). Empty or relative values are skipped; no duplicates.
-    Plain strings (:mod:`os.path`), so that the unarmed path imports nothing."""
+    Values longer than :data:`MAX_PATH_CHARS` are skipped too. Plain strings
+    (:mod:`os.path`), so that the unarmed path imports nothing."""
     out: list[str] = []
-    if project_dir and os.path.isabs(project_dir):
+    if project_dir and len(project_dir) <= MAX_PATH_CHARS and os.path.isabs(project_dir):
         out.append(os.path.normpath(project_dir))
-    if cwd and os.path.isabs(cwd):
+    if cwd and len(cwd) <= MAX_PATH_CHARS and os.path.isabs(cwd):
         here = os.path.normpath(cwd)
         while True:
             out.append(here)
@@ -82,6 +92,9 @@ def _glance(data: bytes) -> tuple[dict[str, object] | None, str]:
     except ValueError:
         return None, ("pytest-ralph hook: stdin is not a UTF-8 JSON object (the Stop payload "
                       "of the Claude Code hooks reference); the stop is allowed")
+    except RecursionError:  # [[[[...]]]]: deeper than Python's JSON reader goes
+        return None, ("pytest-ralph hook: stdin holds JSON nested too deeply to read, not the "
+                      "Stop payload object; the stop is allowed")
     if not isinstance(obj, dict):
         return None, (f"pytest-ralph hook: stdin holds a JSON {type(obj).__name__}, not the "
                       "Stop payload object; the stop is allowed")
@@ -101,10 +114,11 @@ def _owner(marker: str) -> str | None:
     """The session named by the arming file at ``marker`` ("" when none adopted the run
     yet), or ``None`` when the file cannot be read as the small JSON object it should be
     (the full reader then says why)."""
-    try:
-        with open(marker, "rb") as f:
-            obj = json.loads(f.read(65536).decode("utf-8-sig"))
-    except (OSError, UnicodeDecodeError, ValueError):
+    from .fileio import read_bytes  # standard library only
+
+    try:  # never blocks: a FIFO planted at the path is refused, not opened for good
+        obj = json.loads(read_bytes(marker, 65536).decode("utf-8-sig"))
+    except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
     session = obj.get("session") if isinstance(obj, dict) else None
     return session if isinstance(session, str) else None
@@ -115,21 +129,41 @@ def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None,
     """Run the hook once; return the exit status (always 0).
 
     Args:
-        stdin: the payload's byte stream (default ``sys.stdin.buffer``).
+        stdin: the payload's byte stream (default ``sys.stdin.buffer``; a closed stdin reads
+            as no payload).
         stdout, stderr: byte streams for the answer and the notes (default the binary
-            buffers of ``sys.stdout`` / ``sys.stderr``); both are written as UTF-8 whatever
-            the console's code page, which is what Claude Code reads.
+            buffers of ``sys.stdout`` / ``sys.stderr``; a closed one is not written to); both
+            are written as UTF-8 whatever the console's code page, which is what Claude Code
+            reads.
         environ: the environment (default ``os.environ``); ``CLAUDE_PROJECT_DIR`` and
             ``PYTEST_RALPH_CONTROLLER`` are read.
     """
+    if stdin is None or stdout is None or stderr is None:
+        _fill_closed_fds()
     env = os.environ if environ is None else environ
-    out = sys.stdout.buffer if stdout is None else stdout
-    err = sys.stderr.buffer if stderr is None else stderr
+    out = _buffer(sys.stdout) if stdout is None else stdout
+    err = _buffer(sys.stderr) if stderr is None else stderr
     try:
-        data = (sys.stdin.buffer if stdin is None else stdin).read(MAX_STDIN_BYTES + 1)
-    except (OSError, ValueError) as exc:  # a closed or unreadable stdin
-        _say(err, f"pytest-ralph hook: cannot read stdin ({exc}); the stop is allowed")
+        return _main(_buffer(sys.stdin) if stdin is None else stdin, out, err, env)
+    except Exception as exc:  # never wedge the session, whatever happened
+        _say(err, f"pytest-ralph hook: internal error {_short(exc)}; the stop is allowed; "
+                  "please report it")
         return 0
+
+
+def _main(stdin: BinaryIO | None, out: BinaryIO | None, err: BinaryIO | None,
+          env: Mapping[str, str]) -> int:
+    """:func:`main` with its streams resolved (``None``: closed)."""
+    if stdin is None:
+        _say(err, "pytest-ralph hook: stdin is closed (no Stop payload); the stop is allowed")
+        return 0
+    try:
+        data = stdin.read(MAX_STDIN_BYTES + 1)
+    except (OSError, ValueError) as exc:  # a closed or unreadable stdin
+        _say(err, f"pytest-ralph hook: cannot read stdin ({_short(exc)}); the stop is allowed")
+        return 0
+    if data is None:  # a non-blocking stdin with nothing in it yet
+        data = b""
     if len(data) > MAX_STDIN_BYTES:
         _say(err, f"pytest-ralph hook: the Stop payload on stdin is over {MAX_STDIN_BYTES} "
                   "bytes, more than any Stop payload holds; the stop is allowed")
@@ -142,7 +176,7 @@ def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None,
         return 0  # StopFailure (an API error) and others are not a normal stop
     cwd = _text(obj, "cwd")
     marker = find_marker(candidates(cwd, env.get("CLAUDE_PROJECT_DIR")
-                                    or (os.getcwd() if not cwd else None)))
+                                    or (_getcwd() if not cwd else None)))
     if marker is None:
         _say(err, note)
         return 0
@@ -154,7 +188,45 @@ def main(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None,
     return _armed(marker, data, out, err)
 
 
-def _armed(marker: str, data: bytes, out: BinaryIO, err: BinaryIO) -> int:
+def _buffer(stream: object) -> BinaryIO | None:
+    """The binary buffer of a text stream of :mod:`sys`, or ``None`` when the stream is
+    closed (Python sets ``sys.stdin`` to ``None`` when file descriptor 0 was closed)."""
+    buffer: BinaryIO | None = getattr(stream, "buffer", None)
+    return buffer
+
+
+def _fill_closed_fds() -> None:
+    """Open ``/dev/null`` on file descriptors 0, 1 and 2 when they are closed (``<&-``), so
+    that no file this process opens later (the history, a log) gets one of them and is then
+    written to as someone's stdout or stderr, by a child process say."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                null = os.open(os.devnull, os.O_RDWR)
+            except OSError:
+                return
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+
+
+def _getcwd() -> str | None:
+    """The working directory, or ``None`` when it was deleted or cannot be read."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
+def _short(exc: BaseException) -> str:
+    """``repr(exc)`` on one line, at most 300 characters."""
+    text = " ".join(repr(exc).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _armed(marker: str, data: bytes, out: BinaryIO | None, err: BinaryIO | None) -> int:
     """The hook for the session that owns (or may adopt) the run armed by ``marker``."""
     from pathlib import Path
 
@@ -163,17 +235,19 @@ def _armed(marker: str, data: bytes, out: BinaryIO, err: BinaryIO) -> int:
 
     payload = parse_payload(data)
     notes = list(payload.problems)
+    bad = "; ".join(notes) + "; " if notes else ""  # what is wrong with stdin, on one line
     try:
         armed = read_marker(Path(marker))
     except MarkerError as exc:
-        _say(err, "\n".join([*notes, f"pytest-ralph hook: {exc}; the stop is allowed"]))
+        _say(err, f"pytest-ralph hook: {bad}{exc}; the stop is allowed")
         return 0
     if not payload.session_id:
         if not armed.session:
-            notes.append(f"pytest-ralph hook: run {armed.run} is armed, but this Stop payload "
-                         "has no session id, and a session without an id never adopts a run; "
-                         "the stop is allowed")
-        _say(err, "\n".join(notes))
+            _say(err, f"pytest-ralph hook: {bad}run {armed.run} is armed, but this Stop payload "
+                      "has no session id, and a session without an id never adopts a run; the "
+                      "stop is allowed")
+        elif bad:
+            _say(err, f"pytest-ralph hook: {bad}the stop is allowed")
         return 0
     if armed.session and armed.session != payload.session_id:
         return 0
@@ -194,10 +268,10 @@ def _armed(marker: str, data: bytes, out: BinaryIO, err: BinaryIO) -> int:
     return 0
 
 
-def _say(stream: BinaryIO, text: str) -> None:
-    """Write ``text`` and a newline as UTF-8 (lone surrogates replaced); a closed stream is
-    ignored."""
-    if not text:
+def _say(stream: BinaryIO | None, text: str) -> None:
+    """Write ``text`` and a newline as UTF-8 (lone surrogates replaced); a closed stream
+    (``None``, or one that fails) is ignored."""
+    if not text or stream is None:
         return
     try:
         stream.write((text + "\n").encode("utf-8", "replace"))

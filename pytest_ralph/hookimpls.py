@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .fileio import read_bytes
 from .fingerprint import normalize_failure
 from .loophooks import HookError, LoopHooks, StopContext, StopDecision, decide_stop
 from .prompt import PromptContext, build_prompt
@@ -121,9 +122,9 @@ def scan_conftests(folder: Path, rootdir: Path) -> list[str]:
     chain = [folder, *folder.parents] if folder.is_relative_to(root) else [folder]
     for d in chain:
         path = d / "conftest.py"
-        try:
-            tree = ast.parse(path.read_bytes(), str(path))
-        except (OSError, SyntaxError, ValueError):
+        try:  # never blocks on a FIFO; a conftest.py over 16 MiB is not looked at
+            tree = ast.parse(read_bytes(path, 16 * 1024 * 1024), str(path))
+        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
             tree = None
         if tree is not None:
             names = sorted(n.name for n in tree.body

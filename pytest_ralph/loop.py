@@ -51,6 +51,7 @@ from .escalation import (
     state_dump,
     story_states,
 )
+from .fileio import read_text
 from .fingerprint import fingerprint, normalize_failure
 from .gitdiff import config_digest, diff_stat, tree_snapshot
 from .history import DB_NAME, History, HistoryError, StoredIteration, StoredRun
@@ -74,6 +75,7 @@ from .prompt import (
     PROGRESS_CHARS,
     PromptContext,
     pick_story,
+    read_template,
     same_failure_counts,
     template_path,
 )
@@ -90,7 +92,7 @@ from .sandbox import (
     probe,
 )
 from .settings import Settings, to_json
-from .state import LockedError, RunDir, StateDir
+from .state import LockedError, RunDir, StateDir, StateError
 from .verified import changes_stat, keep_copies, weakening
 from .writeback import story_notes, story_verdicts, write_back
 
@@ -103,6 +105,10 @@ EXIT_USAGE = 4
 EXIT_NO_CRITERIA = 5
 EXIT_BREAKER = 6
 EXIT_AGENT_ERROR = 7
+
+
+#: Largest ``run.json`` of another run read when looking for lost runs, in bytes.
+RUN_JSON_MAX_BYTES = 64 * 1024 * 1024
 
 
 class LoopUsageError(Exception):
@@ -489,10 +495,11 @@ class Loop:
     def _template(self) -> str:
         path = self.settings.prompt or template_path("prompt.md")
         try:
-            return path.read_text("utf-8")
+            return read_template(path)  # bounded; never blocks on a FIFO
         except (OSError, UnicodeDecodeError) as exc:
+            why = getattr(exc, "strerror", None) or exc
             raise LoopUsageError(f"cannot read the prompt template {path} (from "
-                                 f"{self.settings.sources.get('prompt')}): {exc}") from None
+                                 f"{self.settings.sources.get('prompt')}): {why}") from None
 
     def _text_kind(self, text: str) -> str:
         """How a text criterion is decided: ``text`` (a ``ralph_checks`` command),
@@ -776,8 +783,9 @@ class Loop:
             rid = summary.parent.name
             if rid == new_id or self.history.run(rid) is not None:
                 continue
-            with contextlib.suppress(OSError, ValueError):
-                if json.loads(summary.read_text("utf-8")).get("prd") == str(prd.path):
+            with contextlib.suppress(OSError, ValueError, RecursionError, AttributeError):
+                # read_text: a FIFO or a device planted as run.json is never read
+                if json.loads(read_text(summary, RUN_JSON_MAX_BYTES)).get("prd") == str(prd.path):
                     lost.append(rid)
         if not lost:
             return []
@@ -1682,7 +1690,7 @@ def run_loop(loop: Loop, *, dry_run: bool, err: Callable[[str], None]) -> int:
     """
     try:
         return loop.dry_run() if dry_run else loop.run()
-    except LoopUsageError as exc:
+    except (LoopUsageError, StateError) as exc:  # StateError: progress.txt a folder, say
         err(f"pytest-ralph: {exc}")
         return EXIT_USAGE
     except NoCriteria as exc:

@@ -61,13 +61,13 @@ import importlib.machinery
 import json
 import os
 import shlex
-import stat
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .fileio import FileTooLarge, NotRegularFile, open_regular, read_bytes
 from .judges import SHADOWS, take, watch
 from .model import PRD, Criterion
 from .results import CheckResults, CriterionResult
@@ -640,25 +640,15 @@ def _chain(folder: Path, root: Path) -> list[Path]:
 
 def _file_digest(path: Path) -> str:
     """SHA-256 of the file at ``path`` (symbolic links followed); :data:`ABSENT` when
-    there is none; ``unreadable: <why>`` when it cannot be read, and ``not a regular file:
-    <kind>`` for a FIFO, a device or a socket (never opened: a FIFO would block)."""
+    there is none (or a folder); ``unreadable: <why>`` when it cannot be read, and
+    ``special: <kind>`` for a FIFO, a device or a socket (never read: a FIFO would block)."""
     h = hashlib.sha256()
-    try:
-        info = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return ABSENT
-    except OSError as exc:
-        return f"unreadable: {exc.strerror}"
-    if stat.S_ISDIR(info.st_mode):
-        return ABSENT
-    if not stat.S_ISREG(info.st_mode):
-        kind = ("a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if
-                stat.S_ISSOCK(info.st_mode) else "a device")
-        return f"not a regular file: {kind}"
-    try:
-        with path.open("rb") as f:
+    try:  # open_regular: a FIFO or a device planted there is never read (it would hang)
+        with os.fdopen(open_regular(path), "rb") as f:
             for block in iter(lambda: f.read(1 << 16), b""):
                 h.update(block)
+    except NotRegularFile as exc:  # a change of its own kind (a folder: absent, as before)
+        return ABSENT if exc.kind == "a folder" else f"special: {exc.kind}"
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return ABSENT
     except OSError as exc:  # unreadable: a change of its own kind
@@ -686,7 +676,11 @@ def _config_digest(inifile: Path, root: Path) -> str:
     other configuration file, moving its rootdir there). Otherwise, a file without a pytest
     section has the digest of ``None``: its appearing is a change."""
     try:
-        raw = inifile.read_bytes()
+        raw = read_bytes(inifile, 16 * 1024 * 1024)  # never blocks on a FIFO
+    except NotRegularFile as exc:
+        return ABSENT if exc.kind == "a folder" else f"special: {exc.kind}"
+    except FileTooLarge:
+        return _file_digest(inifile)
     except OSError:
         return ABSENT
     section: object = None

@@ -17,6 +17,7 @@ import dataclasses
 import fnmatch
 import os
 import signal
+import stat
 import sys
 import tempfile
 import traceback
@@ -698,15 +699,61 @@ def pytest_configure(config: pytest.Config) -> None:
                                           "ralph-results")
         _sigterm_interrupts()
     config.pluginmanager.register(GateSummary(config), "ralph-gate-summary")
-    if settings.prd is not None and not settings.prd.is_file() and not _is_child():
-        raise pytest.UsageError(
-            f"pytest-ralph: the PRD {settings.prd} (from {settings.sources.get('prd')}) does "
-            "not exist; fix the path, or unset it to use discovery")
+    if settings.prd is not None and not _is_child():
+        wrong = _not_a_file(settings.prd)
+        if wrong:
+            raise pytest.UsageError(
+                f"pytest-ralph: the PRD {settings.prd} (from {settings.sources.get('prd')}) "
+                + ("does not exist; fix the path, or unset it to use discovery"
+                   if wrong == "missing" else f"is {wrong}, not a regular file; name the "
+                   "PRD's own JSON or YAML file (nothing is read from a FIFO or a device)"))
     args_source = getattr(config, "args_source", None)
+    if args_source == pytest.Config.ArgsSource.ARGS and not _is_child():
+        _refuse_special_prd_args(config)
     if args_source is not None and args_source != pytest.Config.ArgsSource.ARGS:
         prd = settings.prd or discover_prd(config.rootpath)
-        if prd is not None and prd.is_file():
+        wrong = _not_a_file(prd) if prd is not None else "missing"
+        if prd is not None and wrong not in ("", "missing") and not _is_child():
+            raise pytest.UsageError(
+                f"pytest-ralph: the PRD {prd} (found by discovery) is {wrong}, not a regular "
+                "file; replace it with the PRD's JSON or YAML file, or name another PRD with "
+                "--ralph-prd")
+        if prd is not None and not wrong:
             config.stash[DISCOVERED_PRD] = prd.resolve()
+
+
+def _not_a_file(path: Path) -> str:
+    """``""`` when ``path`` is a regular file (symbolic links followed), ``"missing"`` when
+    nothing is there (or it cannot be looked at), else what it is (``"a FIFO (named
+    pipe)"``, ``"a character device"``, ``"a folder"``; :func:`pytest_ralph.fileio.kind_of`)."""
+    from .fileio import kind_of
+
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):
+        return "missing"
+    return "" if stat.S_ISREG(mode) else kind_of(mode)
+
+
+def _refuse_special_prd_args(config: pytest.Config) -> None:
+    """Refuse a command-line path with a PRD suffix (``.json``, ``.yaml``...) that is a FIFO,
+    a device or a socket: pytest's own walk skips such a path and says "not found", and a
+    PRD is never read from one.
+
+    Raises:
+        pytest.UsageError: naming the argument and what it is.
+    """
+    here = config.invocation_params.dir
+    for arg in config.args:
+        name = arg.split("::", 1)[0]
+        path = Path(name) if os.path.isabs(name) else here / name
+        if path.suffix.lower() not in PRD_FORMATS:
+            continue
+        wrong = _not_a_file(path)
+        if wrong not in ("", "missing", "a folder"):
+            raise pytest.UsageError(
+                f"pytest-ralph: {arg} is {wrong}, not a regular file; a PRD (or any file pytest "
+                "collects) is a regular file: name the PRD's own JSON or YAML file")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:

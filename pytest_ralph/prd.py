@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .canonical import (
     CHECK_FIELDS,
+    NO_NUL_PATTERN,
     STORY_VOCABULARY,
     TOP_VOCABULARY,
     FastRules,
@@ -42,6 +43,7 @@ from .dialects import (
     normalize,
     source_path,
 )
+from .fileio import FileTooLarge, NotRegularFile, read_bytes
 from .lines import JSONLines
 from .model import PRD, Criterion, DeferredLine, Story
 
@@ -345,19 +347,34 @@ def _conflict_problems(text: str) -> list[Problem]:
 
 
 def _read_text(path: Path, max_bytes: int) -> str:
+    """The PRD's text, read without ever blocking (a FIFO) or reading without end
+    (``/dev/zero``): a regular file of at most ``max_bytes`` bytes (:mod:`pytest_ralph.fileio`).
+
+    Raises:
+        PRDError: missing, not a regular file, over the limit, unreadable, or not UTF-8 text.
+    """
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise PRDError(path, [Problem(
-                "$", f"file is {size} bytes, over the limit of {max_bytes} bytes",
-                hint="split the PRD, or raise the limit (ini ralph_max_prd_bytes)")])
-        raw = path.read_bytes()
+        raw = read_bytes(path, max_bytes)
+    except FileTooLarge as exc:
+        raise PRDError(path, [Problem(
+            "$", f"file is {exc.size} bytes, over the limit of {max_bytes} bytes",
+            hint="split the PRD, or raise the limit (ini ralph_max_prd_bytes)")]) from None
     except FileNotFoundError:
         raise PRDError(path, [Problem("$", "file not found")]) from None
+    except NotRegularFile as exc:
+        if exc.kind == "a folder":
+            raise PRDError(path, [Problem("$", "expected a file, found a directory")]) from None
+        raise PRDError(path, [Problem(
+            "$", f"expected a regular file, found {exc.kind}",
+            hint="name the PRD's own JSON or YAML file (nothing is read from a FIFO or a "
+                 "device)")]) from None
     except IsADirectoryError:
         raise PRDError(path, [Problem("$", "expected a file, found a directory")]) from None
     except OSError as exc:
         raise PRDError(path, [Problem("$", f"cannot read the file: {exc.strerror}")]) from None
+    except ValueError:  # os.open: "embedded null byte"
+        raise PRDError(path, [Problem("$", "the path holds a NUL character; expected a file "
+                                           "path")]) from None
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or _looks_utf16(raw):
         raise PRDError(path, [Problem("$", "file is UTF-16; expected UTF-8",
                                       hint="save the file as UTF-8")])
@@ -932,6 +949,14 @@ def _problem(err: jsonschema.ValidationError, where: _Locator) -> Problem:
     elif kind == "required":
         m = re.match(r"^'(.*)' is a required property$", err.message)
         msg = f"missing required key {m.group(1)!r}" if m else err.message
+    elif (kind == "pattern" and value == NO_NUL_PATTERN) or (
+            kind == "anyOf" and list(err.absolute_path)[-1:] == ["pytest"] and _has_nul(inst)):
+        field = next((p for p in reversed(err.absolute_path) if isinstance(p, str)), "")
+        bad = next((v for v in inst if _has_nul(v)), inst) if isinstance(inst, list) else inst
+        among = " in the list" if bad is not inst else ""
+        msg = (f"expected {_NUL_WHAT.get(field, 'text')} without a NUL character (\\u0000); "
+               f"found {_describe(bad)}{among}: the NUL would cut it short where it is used")
+        hint = "remove the escaped NUL from it (\\u0000 in JSON, \\0 in YAML)"
     elif kind == "pattern" and list(err.absolute_path)[-1:] == ["python"]:
         msg = f"expected 'module:function'; found {_describe(inst)}"
         hint = 'e.g. "myapp.checks:login_works"'
@@ -964,6 +989,19 @@ def _problem(err: jsonschema.ValidationError, where: _Locator) -> Problem:
     else:
         msg = err.message
     return Problem(jp, msg, line, col, hint)
+
+
+#: What each field that may not hold a NUL is, for the message.
+_NUL_WHAT = {"run": "a shell command", "testCommand": "a shell command",
+             "cwd": "a folder path", "pytest": "node ids or paths", "exists": "a path",
+             "file": "a path", "db": "a path", "schema": "a path", "instance": "a path"}
+
+
+def _has_nul(value: Any) -> bool:
+    """Whether ``value`` is a string holding a NUL, or a list holding one."""
+    if isinstance(value, str):
+        return "\0" in value
+    return isinstance(value, list) and any(isinstance(v, str) and "\0" in v for v in value)
 
 
 def _criterion_problems(err: jsonschema.ValidationError, where: _Locator) -> list[Problem]:
@@ -1267,10 +1305,12 @@ _TIMED_KINDS = frozenset(["run", "pytest", "python"])
 
 def discover_prd(rootdir: Path) -> Path | None:
     """The first of ``prd.json``, ``prd.jsonc``, ``prd.yaml``, ``prd.yml`` in ``rootdir``,
-    then in ``rootdir/.ralph``, then in ``rootdir/scripts/ralph``; ``None`` if there is none."""
+    then in ``rootdir/.ralph``, then in ``rootdir/scripts/ralph``; ``None`` if there is none.
+    A folder of that name is passed over; anything else there (a FIFO, a device) is found, so
+    that loading it says what it is instead of a "no PRD found"."""
     for folder in PRD_SEARCH_DIRS:
         for name in PRD_FILE_NAMES:
             candidate = rootdir / folder / name
-            if candidate.is_file():
+            if candidate.exists() and not candidate.is_dir():
                 return candidate.resolve()
     return None

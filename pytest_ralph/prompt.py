@@ -64,6 +64,7 @@ from importlib import resources
 from pathlib import Path
 
 from .checks import VERIFIER_KIND
+from .fileio import read_text
 from .fingerprint import normalize_failure
 from .model import CRITERION_KINDS, PRD, Criterion, Story
 from .results import CheckResults, CriterionResult
@@ -122,6 +123,24 @@ NO_CHANGE = "(no file changed: the last iteration left the project as it was)"
 
 #: The section variables (see the module docstring).
 SECTION_VARIABLES = ("regressions", "last_change", "blocked")
+
+
+#: Largest prompt template read, in bytes (the bundled one is under 2 KB; the prompt built
+#: from a template is bounded anyway).
+MAX_TEMPLATE_BYTES = 1024 * 1024
+
+
+def read_template(path: Path) -> str:
+    """The text of the prompt template at ``path`` (ini ``ralph_prompt``, or
+    :func:`template_path`), read without blocking on a FIFO or reading a device without end.
+
+    Raises:
+        OSError: it cannot be read; :class:`~pytest_ralph.fileio.NotRegularFile` for a folder,
+            a FIFO or a device, :class:`~pytest_ralph.fileio.FileTooLarge` over
+            :data:`MAX_TEMPLATE_BYTES` (``strerror`` says which).
+        UnicodeDecodeError: it is not UTF-8 text.
+    """
+    return read_text(path, MAX_TEMPLATE_BYTES)
 
 
 def template_path(name: str) -> Path:

@@ -22,9 +22,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .fileio import read_text
 from .fingerprint import fingerprint
 
 RESULTS_VERSION = 1
+
+#: Largest results file read, in bytes (10,000 criteria with long messages are ~50 MB).
+MAX_RESULTS_BYTES = 1024 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -146,12 +150,15 @@ def read_results(path: Path) -> CheckResults:
     """Read a results file.
 
     Raises:
-        ValueError: the file is missing, not JSON, or not of this format.
+        ValueError: the file is missing, not a regular file, over :data:`MAX_RESULTS_BYTES`,
+            not JSON, or not of this format.
     """
-    try:
-        data = json.loads(path.read_text("utf-8"))
+    try:  # read_text: never a FIFO or a device; bounded
+        data = json.loads(read_text(path, MAX_RESULTS_BYTES))
     except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
         raise ValueError(f"cannot read check results {path}: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"cannot read check results {path}: nested too deeply") from None
     if not isinstance(data, dict) or data.get("version") != RESULTS_VERSION:
         raise ValueError(f"check results {path}: unknown format")
     fields = CriterionResult.__dataclass_fields__

@@ -37,6 +37,7 @@ import tomlkit
 from tomlkit.exceptions import ParseError
 from tomlkit.items import Comment, Table, Whitespace
 
+from .fileio import NotRegularFile, read_bytes
 from .prd import PRDError, discover_prd, load_prd
 from .settings import SPEC_BY_NAME, Settings
 
@@ -51,6 +52,9 @@ STORY_ID = "US-001"
 
 #: Where ruff reads its configuration besides ``pyproject.toml``.
 RUFF_FILES = ("ruff.toml", ".ruff.toml")
+
+#: Largest configuration file ``--ralph-init`` reads to edit, in bytes.
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
 
 #: Where mypy reads its configuration, in its order (the INI files in section ``[mypy]``,
 #: ``pyproject.toml`` in ``[tool.mypy]``).
@@ -157,7 +161,10 @@ def _read(path: Path) -> _Text:
         ScaffoldError: it cannot be read or is not UTF-8 text.
     """
     try:
-        raw = path.read_bytes()
+        raw = read_bytes(path, MAX_CONFIG_BYTES)  # never blocks on a FIFO
+    except NotRegularFile as exc:
+        raise ScaffoldError(f"{path}: is {exc.kind}, not a regular file; expected a text "
+                            "configuration file there") from None
     except OSError as exc:
         raise ScaffoldError(f"{path}: cannot be read ({exc.strerror or exc}); check its "
                             "permissions") from None

@@ -34,6 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeAlias
 
+from .fileio import NotRegularFile, read_bytes
+
+#: Largest schema or seed SQL file read, in bytes.
+MAX_SQL_FILE_BYTES = 256 * 1024 * 1024
+
 __all__ = [
     "MAX_PROBLEMS",
     "DatabaseError",
@@ -511,9 +516,10 @@ def _read(paths: Iterable[Path], problems: _Problems, root: Path | None,
     for path in paths:
         shown = _show(path, root)
         try:
-            data = path.read_bytes()
-        except IsADirectoryError:
-            problems.add(f"{shown}: cannot read the {role} file: it is a directory, expected "
+            data = read_bytes(path, MAX_SQL_FILE_BYTES)  # never blocks on a FIFO
+        except NotRegularFile as exc:
+            what = "a directory" if exc.kind == "a folder" else exc.kind
+            problems.add(f"{shown}: cannot read the {role} file: it is {what}, expected "
                          "a .sql file")
             continue
         except OSError as exc:

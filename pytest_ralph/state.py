@@ -22,17 +22,31 @@ No file here holds a secret (:mod:`pytest_ralph.redact`): :meth:`RunDir.write_su
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import importlib.util
 import json
 import os
 import secrets
+import stat
+import time
 from pathlib import Path
 from typing import IO, Any
 
+from .fileio import kind_of, open_regular
 from .redact import Redactor
 from .results import atomic_write_text
 
 PROGRESS_FILE = "progress.txt"
+
+#: The files of the state folder that must be regular files when they exist, with what
+#: each one is (for messages). ``ralph.db`` is checked by :meth:`pytest_ralph.history.
+#: History.open`.
+STATE_FILES = (("progress.txt", "the progress log"), ("lock", "the loop lock file"),
+               ("passes.json", "the write-back sidecar"))
+
+#: Seconds :meth:`StateDir.lock` waits for the loop holding the lock to write its pid in the
+#: lock file, when it took the lock an instant before (the pid is written just after).
+LOCK_PID_WAIT = 1.0
 
 #: Whether this platform has OS file locks (``fcntl.flock``; not on Windows). Without them
 #: :meth:`StateDir.lock` locks nothing and :meth:`StateDir.holder` cannot tell whether a
@@ -54,16 +68,45 @@ class StateDir:
         self.stale_lock = ""
 
     def ensure(self) -> None:
-        """Create the folder and its ``.gitignore``.
+        """Create the folder and its ``.gitignore``; check that the files the loop keeps
+        there (:data:`STATE_FILES`) are regular files when they exist.
 
         Raises:
+            StateError: one of them is a folder, a FIFO, a device...; the message names it
+                and says what to do.
             OSError: the folder cannot be created.
         """
+        if self.root.exists() and not self.root.is_dir():
+            raise StateError(f"the state folder {self.root} is "
+                             f"{kind_of(self.root.stat().st_mode)}, not a folder: set "
+                             "ralph_dir to a folder (or move that file aside)")
         self.root.mkdir(parents=True, exist_ok=True)
+        for name, what in STATE_FILES:
+            self.check_file(self.root / name, what)
         ignore = self.root / ".gitignore"
         if not ignore.exists():
             ignore.write_text("# Created by pytest-ralph: the loop's state and reports.\n*\n",
                               encoding="utf-8")
+
+    @staticmethod
+    def check_file(path: Path, what: str) -> None:
+        """Refuse a ``path`` of the state folder that exists and is not a regular file.
+        ``progress.txt`` may not be a symbolic link either (it is appended to: a link would
+        be written through); the lock file's link is replaced by :meth:`lock`, and
+        ``passes.json`` is replaced whole, so a link there is followed.
+
+        Raises:
+            StateError: naming ``path``, what it is, and ``what`` it should be.
+        """
+        try:
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode) and path.name != PROGRESS_FILE:
+                mode = os.stat(path).st_mode if path.name != "lock" else stat.S_IFREG
+        except OSError:
+            return
+        if stat.S_ISREG(mode):
+            return
+        raise _misplaced(path, kind_of(mode), what)
 
     @property
     def progress_path(self) -> Path:
@@ -77,22 +120,53 @@ class StateDir:
 
     def append_progress(self, text: str) -> None:
         """Append ``text`` (plus a newline if missing) to ``progress.txt`` and flush it to disk;
-        secrets are redacted (:meth:`pytest_ralph.redact.Redactor.from_env`)."""
+        secrets are redacted (:meth:`pytest_ralph.redact.Redactor.from_env`).
+
+        Raises:
+            StateError: ``progress.txt`` is not a regular file (a folder, a FIFO, a link...).
+            OSError: it cannot be written.
+        """
         text = Redactor.from_env().text(text)
         if not text.endswith("\n"):
             text += "\n"
-        with self.progress_path.open("a", encoding="utf-8") as f:
+        path = self.progress_path
+        self.check_file(path, "the progress log")
+        try:  # O_NONBLOCK: a FIFO put there meanwhile fails at once instead of blocking
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
+                         | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+        except OSError as exc:
+            if exc.errno in (errno.ENXIO, errno.EISDIR, errno.ELOOP):
+                self.check_file(path, "the progress log")
+            raise
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):  # a FIFO with a reader: opened, but not ours to write
+                raise _misplaced(path, kind_of(mode), "the progress log")
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
 
     def read_progress_tail(self, max_chars: int) -> str:
-        """The last ``max_chars`` characters of ``progress.txt`` ("" if there is none)."""
+        """The last ``max_chars`` characters of ``progress.txt`` ("" if there is none); only
+        the end of the file is read (4 bytes per character at most).
+
+        Raises:
+            StateError: ``progress.txt`` is not a regular file.
+        """
+        self.check_file(self.progress_path, "the progress log")
         try:
-            text = self.progress_path.read_text("utf-8", errors="replace")
+            fd = open_regular(self.progress_path)
         except FileNotFoundError:
             return ""
-        if len(text) <= max_chars:
+        except OSError:
+            self.check_file(self.progress_path, "the progress log")
+            raise
+        with os.fdopen(fd, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(0, size - 4 * max_chars - 4)  # a UTF-8 character is 1 to 4 bytes
+            f.seek(start)
+            text = f.read().decode("utf-8", errors="replace")
+        if len(text) <= max_chars and not start:
             return text
         cut = text[-max_chars:]
         return "...\n" + cut[cut.find("\n") + 1:]
@@ -111,9 +185,12 @@ class StateDir:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0),
                      0o644)
         f = os.fdopen(fd, "a+", encoding="utf-8")
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            f.close()
+            raise _misplaced(path, kind_of(mode), "the loop lock file")
         if not _try_lock(f):
-            f.seek(0)
-            holder = f.read().strip() or "unknown process"
+            holder = _holder_text(f)
             f.close()
             raise LockedError(f"another `pytest --ralph` loop is running with the state folder "
                               f"{self.root} ({holder}); wait for it to end or stop it, or set "
@@ -189,6 +266,40 @@ class StateDir:
 
 class LockedError(Exception):
     """Another loop is running with the same state folder."""
+
+
+class StateError(OSError):
+    """A file of the state folder is not what the loop keeps there (a folder where
+    ``progress.txt`` should be, say). Its message names the path and what to do; the loop
+    ends with a usage error (exit 4)."""
+
+
+def _misplaced(path: Path, kind: str, what: str) -> StateError:
+    """The error for ``path`` of the state folder being ``kind`` instead of ``what``."""
+    return StateError(f"{path} is {kind}, where pytest-ralph keeps {what} (a regular file): "
+                      "move it aside or remove it (pytest-ralph writes it again), then run "
+                      "again")
+
+
+def _holder_text(f: IO[str]) -> str:
+    """What to say about the loop holding the lock on the open lock file ``f``: the text it
+    wrote (``"pid 1234, started ..."``). A loop writes its pid just after it took the lock,
+    so an empty file means that it is just starting: the text is waited for up to
+    :data:`LOCK_PID_WAIT` seconds; then the holder's pid comes from the kernel
+    (``/proc/locks``), or the message says that another loop is starting."""
+    deadline = time.monotonic() + LOCK_PID_WAIT
+    while True:
+        f.seek(0)
+        text = f.read().strip()
+        if text or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    if text:
+        return text
+    real = _flock_holder(f.fileno())
+    if real is not None:
+        return f"pid {real}, just starting"
+    return "a loop that is just starting: its pid is not written yet"
 
 
 def _flock_holder(fd: int) -> int | None:

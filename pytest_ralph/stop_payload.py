@@ -176,8 +176,12 @@ def parse_payload(data: bytes) -> StopPayload:
         return StopPayload(problems=tuple(problems))
     try:
         obj = json.loads(text)
-    except (ValueError, RecursionError) as exc:
+    except ValueError as exc:
         problems.append(f"stdin is not valid JSON: {exc}")
+        return StopPayload(problems=tuple(problems))
+    except RecursionError:  # [[[[...]]]] deeper than Python's JSON reader goes
+        problems.append("stdin holds JSON nested too deeply to read, not a Stop payload "
+                        "object")
         return StopPayload(problems=tuple(problems))
     if not isinstance(obj, dict):
         problems.append(f"stdin JSON is {json_kind(obj)}, expected an object")
@@ -196,6 +200,9 @@ def parse_payload(data: bytes) -> StopPayload:
             value = value.strip()
             if not value:
                 problems.append(f"{key} is empty: treated as missing")
+                continue
+            if _LONE_SURROGATE.search(value):  # "\ud800": no text a history can store
+                problems.append(f"{key} holds an unpaired surrogate escape: treated as missing")
                 continue
         elif field == "transcript_path" and not value:
             continue

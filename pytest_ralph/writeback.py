@@ -34,8 +34,13 @@ This module does not import pytest.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
 import re
+import stat
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,10 +49,18 @@ from typing import Any
 import yaml
 
 from .dialects import DialectError, Origin, json_path, normalize
+from .fileio import read_bytes
 from .model import PRD
-from .prd import PRD_FORMATS, Positions, strip_jsonc
+from .prd import MAX_PRD_BYTES, PRD_FORMATS, Positions, strip_jsonc
 from .results import CheckResults, CriterionResult, atomic_write_text
 from .yamlprd import YAML_LOADER
+
+#: Largest PRD write-back reads, in bytes (the loader's default limit is lower; a larger
+#: file, which the loader refused anyway, is left alone).
+WRITE_BACK_MAX_BYTES = max(MAX_PRD_BYTES, 256 * 1024 * 1024)
+
+#: Largest sidecar (``passes.json``) read, in bytes; a larger one is replaced.
+SIDECAR_MAX_BYTES = 64 * 1024 * 1024
 
 #: The start of the one line of a story's ``notes`` that the loop owns.
 NOTE_PREFIX = "pytest-ralph: "
@@ -133,7 +146,8 @@ def _bounded_list(ids: list[str], room: int) -> str:
 
 
 def write_back(prd_path: Path, verdicts: Mapping[str, bool], sidecar: Path, *,
-               notes: Mapping[str, str] | None = None) -> list[str]:
+               notes: Mapping[str, str] | None = None,
+               max_bytes: int = WRITE_BACK_MAX_BYTES) -> list[str]:
     """Set ``passes`` of the stories in ``verdicts`` and the loop's line of their ``notes``.
 
     Works on every PRD dialect. The file is parsed and normalized
@@ -160,7 +174,8 @@ def write_back(prd_path: Path, verdicts: Mapping[str, bool], sidecar: Path, *,
     ``notes`` that are not a string (``null``, a number, a list of strings...) are not
     edited: their note goes to the sidecar. Every other byte of the file stays as it was
     (comments, key order, escapes, BOM, CRLF, a missing final newline); all edits of the
-    PRD are made in one atomic write (temporary file + rename).
+    PRD are made in one write that keeps the file's mode, owner and hard links and never
+    leaves it half written (:func:`write_keeping_file`).
 
     Stories whose id is not a string or an integer in the file (a value the schema
     reports) are not matched.
@@ -175,6 +190,8 @@ def write_back(prd_path: Path, verdicts: Mapping[str, bool], sidecar: Path, *,
             one written for another PRD is replaced.
         notes: normalized story id -> note. A note is made one line (line breaks become
             spaces) and gets :data:`NOTE_PREFIX` in front when it does not start with it.
+        max_bytes: a PRD larger than this many bytes is left alone (as is anything but a
+            regular file: a FIFO, a device).
 
     Returns:
         The ids of the stories whose ``passes`` or note changed (in the file or the
@@ -189,7 +206,7 @@ def write_back(prd_path: Path, verdicts: Mapping[str, bool], sidecar: Path, *,
     notes = {sid: _one_line(note) for sid, note in (notes or {}).items()}
     fmt = PRD_FORMATS.get(prd_path.suffix.lower())
     try:
-        raw = prd_path.read_bytes()
+        raw = read_bytes(prd_path, max_bytes)  # never a FIFO or a device
         bom = raw.startswith(b"\xef\xbb\xbf")
         text = raw[3:].decode("utf-8") if bom else raw.decode("utf-8")
         stories = _stories(_load(text, fmt))
@@ -207,8 +224,150 @@ def write_back(prd_path: Path, verdicts: Mapping[str, bool], sidecar: Path, *,
     if plan.side_passes or plan.side_notes:
         plan.changed.update(_write_sidecar(prd_path, plan.side_passes, plan.side_notes, sidecar))
     if out != text:
-        atomic_write_text(prd_path, ("\ufeff" if bom else "") + out)
+        write_keeping_file(prd_path, raw, ("\ufeff" if bom else "").encode() + out.encode("utf-8"),
+                           backup_dir=sidecar.parent)
     return [sid for sid in dict.fromkeys(order) if sid in plan.changed]
+
+
+#: Name of the copy of a PRD's old content that :func:`write_keeping_file` keeps while it
+#: writes the file in place (``<name>`` is the PRD's file name).
+BACKUP_NAME = "{name}.before-write-back"
+
+
+def write_keeping_file(path: Path, old: bytes, new: bytes, *, backup_dir: Path) -> None:
+    """Replace the content ``old`` of the file at ``path`` with ``new``, keeping the file
+    itself: its mode, its owner and group (when they can be set), its hard links, and a
+    symbolic link at ``path`` (the file it points to is written). A reader sees the old
+    content or the new one, and a crash at any moment loses neither.
+
+    Two ways, chosen per write:
+
+    - **Atomic replace** (the usual case: one link, and an owner this process can give a
+      new file): ``new`` goes to a temporary file in the same folder, which gets the file's
+      mode (and owner and group), is flushed to disk (``fsync``) and renamed over the file.
+      A crash leaves the old file whole (plus, at worst, the temporary file). Extended
+      attributes and ACLs are not copied.
+    - **In place** (the file has more than one hard link, which a rename would break; or its
+      owner or group cannot be kept; or its folder is not writable): ``old`` is first
+      written to ``backup_dir/<name>.before-write-back`` and flushed to disk; then ``new``,
+      padded with spaces to the old length when it is shorter, is written over the file in
+      one ``pwrite``, the file is cut to the new length and flushed, and the copy is
+      deleted. A process killed between the write and the cut leaves the new content with
+      trailing spaces (still valid JSON or YAML); if the write itself fails (a full disk),
+      the old content is written back. Only a system crash during the write can leave the
+      file damaged, and then the copy still holds the old content. The inode, its links,
+      owner, mode, ACLs and extended attributes all stay.
+
+    Args:
+        path: the file (a PRD), as given (symbolic links are followed).
+        old: its current content (as just read: a change made since then is overwritten).
+        new: the content to write.
+        backup_dir: a writable folder for the in-place copy (the state folder).
+
+    Raises:
+        OSError: the file cannot be written (its old content is then kept, in the file or,
+            after a failed in-place write that could not be undone, in the copy).
+    """
+    real = Path(os.path.realpath(path))
+    st = os.stat(real)
+    if st.st_nlink == 1 and _replace(real, new, st):
+        return
+    backup = backup_dir / BACKUP_NAME.format(name=real.name)
+    backup_dir.mkdir(parents=True, exist_ok=True)
+    _write_synced(backup, old)
+    fd = os.open(real, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        padded = new + b" " * (len(old) - len(new))
+        try:
+            _pwrite_all(fd, padded)
+        except OSError:
+            with contextlib.suppress(OSError):
+                _pwrite_all(fd, old)
+                os.ftruncate(fd, len(old))
+                os.fsync(fd)
+                backup.unlink()
+            raise
+        os.ftruncate(fd, len(new))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        backup.unlink()
+
+
+def _replace(real: Path, new: bytes, st: os.stat_result) -> bool:
+    """The atomic-replace way of :func:`write_keeping_file`; ``False`` (nothing changed)
+    when the new file could not get the old one's owner and group or the folder is not
+    writable, so that the caller writes in place."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if hasattr(os, "fchown"):
+                mine = os.fstat(f.fileno())
+                if (mine.st_uid, mine.st_gid) != (st.st_uid, st.st_gid):
+                    try:
+                        os.fchown(f.fileno(), st.st_uid, st.st_gid)
+                    except OSError:  # not ours to give away: write in place instead
+                        os.unlink(tmp)
+                        return False
+            f.write(new)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        os.replace(tmp, real)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _sync_folder(real.parent)
+    return True
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file at ``path`` (replacing one there) and flush it to disk."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+                 | getattr(os, "O_BINARY", 0), 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    _sync_folder(path.parent)
+
+
+def _pwrite_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` at offset 0 of ``fd`` (``os.pwrite`` may write less at once)."""
+    done = 0
+    view = memoryview(data)
+    while done < len(data):
+        n = os.pwrite(fd, view[done:], done) if hasattr(os, "pwrite") else _seek_write(
+            fd, view[done:], done)
+        if n <= 0:
+            raise OSError(errno.EIO, "nothing written")
+        done += n
+
+
+def _seek_write(fd: int, data: memoryview, offset: int) -> int:
+    """``os.pwrite`` where there is none (Windows)."""
+    os.lseek(fd, offset, os.SEEK_SET)
+    return os.write(fd, data)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Flush a folder's entries to disk (so that a rename or a new file survives a system
+    crash); nothing where folders cannot be opened (Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -472,13 +631,13 @@ def _write_sidecar(prd_path: Path, passes: Mapping[str, bool], notes: Mapping[st
     cur_passes: dict[str, Any] = {}
     cur_notes: dict[str, Any] = {}
     try:
-        loaded = json.loads(sidecar.read_text("utf-8"))
+        loaded = json.loads(read_bytes(sidecar, SIDECAR_MAX_BYTES).decode("utf-8"))
         if isinstance(loaded, dict) and loaded.get("prd") == str(prd_path):
             if isinstance(loaded.get("passes"), dict):
                 cur_passes = dict(loaded["passes"])
             if isinstance(loaded.get("notes"), dict):
                 cur_notes = dict(loaded["notes"])
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # a FIFO or garbage there: replaced
         pass
     changed = [sid for sid, v in passes.items() if cur_passes.get(sid) is not v]
     changed += [sid for sid, v in notes.items() if cur_notes.get(sid) != v and sid not in changed]

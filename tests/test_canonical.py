@@ -138,6 +138,16 @@ MUTATIONS: list[tuple[str, list[tuple[tuple[Any, ...], Any]]]] = [
       for value in [31536000, 31536001, 10**400, 1e308, 0.5]],
     *[(f"contains {value[:20]!r}", [((*C0, 6, "contains"), value)])
       for value in ["a{4294967296}", "(" * 2000 + ")" * 2000, "[[a]"]],
+    # A NUL in text that reaches a command line or a path is refused; elsewhere it is text.
+    *[(f"NUL in {parts[-1]} {value!r}", [((*C0, *parts), value)]) for parts, value in [
+        ((1, "run"), "pytest -q\0 rm -rf /"), ((1, "cwd"), "app\0x"),
+        ((2, "testCommand"), "make\0"), ((3, "pytest"), ["tests/test_a.py", "b\0.py"]),
+        ((4, "pytest"), "tests/test_c\0.py"), ((5, "exists"), "src/\0"),
+        ((6, "file"), "CHANGE\0LOG.md"), ((8, "db"), "app\0.db"),
+        ((9, "schema"), "s\0.json"), ((9, "instance"), "\0"),
+        ((10, "python"), "app\0.checks:login_works"),
+        ((1, "text"), "tests\0 pass"), ((8, "sql"), "select\0 1"),
+        ((6, "contains"), "a\0b")]],
 ]
 
 
@@ -392,6 +402,36 @@ def test_fast_rules_follow_the_schema() -> None:
     timeouts = {defs[b]["properties"]["timeout"]["maximum"] for b in
                 ("runCriterion", "pytestCriterion", "pythonCriterion")}
     assert timeouts == {rules.timeout_max}
+    assert rules.no_nul == {"run", "testCommand", "cwd", "pytest", "exists", "file", "db",
+                            "schema", "instance"}
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_a_nul_that_would_reach_a_command_or_a_path_is_refused_on_both_paths(
+        tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    cases = [(name, changes) for name, changes in MUTATIONS if name.startswith("NUL in ")]
+    assert len(cases) == 14
+    for n, (name, changes) in enumerate(cases):
+        data = copy.deepcopy(BASE)
+        for parts, value in changes:
+            _set(data, parts, value)
+        folder = tmp_path / str(n)
+        folder.mkdir()
+        path = _write(folder, data, fmt)
+        field = changes[0][0][-1]
+        if field in ("text", "sql", "contains"):  # not a command line or a path: text
+            assert _fast(path), name
+            assert isinstance(_full(path, monkeypatch), PRD), name
+            continue
+        assert not _fast(path), name
+        with pytest.raises(PRDError) as err:
+            load_prd(path)
+        assert err.value.describe() == _full(path, monkeypatch)
+        (problem,) = err.value.problems
+        assert problem.json_path.endswith(f".{field}"), (name, problem)
+        expected = ("expected 'module:function'" if field == "python"  # its own pattern
+                    else "without a NUL character")
+        assert expected in problem.message, (name, problem)
 
 
 def test_yaml_aliases_and_repeated_keys_take_the_full_path(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ CASES: list[tuple[dict[str, object], bool, str]] = [
     ({"file": "notes.md", "contains": "^version: \\d+\\.\\d+$"}, True, ""),
     ({"file": "notes.md", "contains": "^version: 2"}, False,
      "no match for /^version: 2/ in `notes.md` (2 lines)"),
-    ({"file": "tests"}, False, "`tests` is a folder; expected a file"),
+    ({"file": "tests"}, False, "`tests` is a folder; expected a regular file"),
     ({"sql": "SELECT count(*) FROM users", "db": "app.db", "expect": 2}, True, ""),
     ({"sql": "SELECT name FROM users ORDER BY name", "db": "app.db", "expect": ["ann", "bob"]},
      True, ""),

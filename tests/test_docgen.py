@@ -75,7 +75,8 @@ def test_limits_are_in_plain_words() -> None:
     assert "at most 200 characters; no whitespace, control characters, `/`, `[`, `]` or " \
            "`::`" in text  # identifiers
     assert "`module:function`" in text
-    assert "| `run` | string | yes, unless `testCommand`; never both | not empty |" in text
+    assert ("| `run` | string | yes, unless `testCommand`; never both | not empty; no NUL "
+            "character (`\\u0000`) |") in text
 
 
 def test_an_unknown_pattern_is_shown_as_a_regex() -> None:

@@ -25,6 +25,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -724,6 +725,9 @@ def bad_stdin(project: Project, session: str = SID) -> dict[bytes, str]:
         bytes(range(256)) * 4: "UTF-8",
         json.dumps(json.loads(good)).encode("utf-16"): "UTF-8",
         b'[{"session_id": "x"}]': "JSON",
+        b'"a JSON string"': "JSON",
+        b"[" * 1000 + b"]" * 1000: "nested too deeply",  # 2 KB: a RecursionError once
+        b'{"a":' * 1000 + b"1" + b"}" * 1000: "nested too deeply",
     }
 
 
@@ -732,6 +736,77 @@ def assert_never_wedges(project: Project, cases: dict[bytes, str]) -> None:
         hook = run_hook(data, cwd=project.root, CLAUDE_PROJECT_DIR=str(project.root))
         assert hook.allow() is None, data
         assert why in hook.err and "stop is allowed" in hook.err, (data, hook)
+        assert hook.err.count("\n") == 1, hook  # the reason, on one line
+
+
+def run_hook_shell(redirects: str, stdin: bytes, cwd: Path) -> Hook:
+    """Run the hook through ``sh`` with ``redirects`` applied to it (``<&-`` closes its
+    stdin, ``>&-`` its stdout), ``stdin`` on the shell's own stdin; stdout and stderr are
+    captured unless ``redirects`` closes them."""
+    cmd = f'exec "$0" -m pytest_ralph.hook {redirects}'
+    proc = subprocess.run(["/bin/sh", "-c", cmd, PY], input=stdin, cwd=cwd, env=_env(),
+                          capture_output=True, timeout=TIMEOUT, check=False)
+    return Hook(proc.returncode, proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8"))
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX shell redirections")
+def test_closed_streams_never_wedge(tmp_path: Path) -> None:
+    project = armed(tmp_path)
+    good = payload(SID, project.root)
+    # stdin closed: Python sets sys.stdin to None (an AttributeError once).
+    hook = run_hook_shell("<&-", good, project.root)
+    assert hook.allow() is None
+    assert hook.err == "pytest-ralph hook: stdin is closed (no Stop payload); the stop is allowed\n"
+    assert project.session() == ""
+    # stdout closed: the owning session's Stop is checked; its block answer goes nowhere.
+    hook = run_hook_shell(">&-", good, project.root)
+    assert (hook.rc, hook.out) == (0, "") and "Traceback" not in hook.err, hook
+    assert project.session() == SID
+    # stderr closed, with a payload that needs a note there.
+    hook = run_hook_shell("2>&-", b"[" * 5000 + b"]" * 5000, project.root)
+    assert (hook.rc, hook.out, hook.err) == (0, "", "")
+    # All three closed.
+    hook = run_hook_shell("<&- >&- 2>&-", good, project.root)
+    assert (hook.rc, hook.out, hook.err) == (0, "", "")
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX shell; a folder deleted while in use")
+def test_a_deleted_working_directory_never_wedges(tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    # No cwd in the payload: the hook looks from its own working directory, deleted here.
+    proc = subprocess.run(["/bin/sh", "-c", 'cd "$1" && rmdir "$1" && exec "$0" -m '
+                           "pytest_ralph.hook", PY, str(gone)],
+                          input=b'{"session_id": "' + SID.encode() + b'"}', env=_env(),
+                          capture_output=True, timeout=TIMEOUT, check=False)
+    Hook(proc.returncode, proc.stdout.decode(), proc.stderr.decode()).quiet()
+
+
+@pytest.mark.skipif(os.name == "nt", reason="/dev/zero and resource limits")
+def test_special_stdin_never_wedges(tmp_path: Path) -> None:
+    project = armed(tmp_path)
+    with open("/dev/zero", "rb") as zero:  # endless: read up to the bound, then refused
+        proc = subprocess.run([PY, "-m", "pytest_ralph.hook"], stdin=zero, cwd=project.root,
+                              env=_env(), capture_output=True, timeout=TIMEOUT, check=False)
+    hook = Hook(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+    assert hook.allow() is None and "over 16777216 bytes" in hook.err, hook
+    # A cwd of 400 KB: its 200,000 parents, each a string of up to 400 KB, once filled the
+    # memory (under this bound: a MemoryError) or took hours.
+    huge = json.dumps({"session_id": SID, "cwd": "/a" * 200_000}).encode()
+    proc = subprocess.run([PY, "-m", "pytest_ralph.hook"], input=huge, cwd=tmp_path, env=_env(),
+                          capture_output=True, timeout=TIMEOUT, check=False,
+                          preexec_fn=_memory_bound(2 * 1024**3))
+    Hook(proc.returncode, proc.stdout.decode(), proc.stderr.decode()).quiet()
+    assert project.session() == ""
+
+
+def _memory_bound(limit: int) -> Callable[[], None]:
+    """A ``preexec_fn`` that caps the child's address space at ``limit`` bytes."""
+    def bound() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return bound
 
 
 def test_bad_stdin_never_wedges(tmp_path: Path) -> None:
@@ -751,6 +826,7 @@ def test_bad_stdin_never_wedges(tmp_path: Path) -> None:
     (b'{"version": 1, "run": "", "state_dir": "/s", "rootdir": "/p", "session": ""}',
      "$.run"),
     (b"{}" + b" " * 70000, "over 65536 bytes"),
+    (b'{"version": 1, "session": ' + b"[" * 20000 + b"]" * 20000 + b"}", "nested too deeply"),
 ])
 def test_corrupt_arming_file_never_wedges(tmp_path: Path, content: bytes, why: str) -> None:
     marker = tmp_path / ".claude" / "pytest-ralph.local.json"

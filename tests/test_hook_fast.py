@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from pathlib import Path
+
+import pytest
 
 from pytest_ralph import hook
 
@@ -53,3 +56,30 @@ def test_no_arming_file_means_no_output_at_all(tmp_path: Path) -> None:
 
 def test_the_controller_variable_silences_even_bad_input() -> None:
     assert _run(b"\xff\xfe garbage", {"PYTEST_RALPH_CONTROLLER": "1"}) == (0, b"", "")
+
+
+def test_json_nested_too_deeply_is_refused_in_one_line(tmp_path: Path) -> None:
+    for data in (b"[" * 1000 + b"]" * 1000, b'{"a":' * 1000 + b"1" + b"}" * 1000):
+        code, out, err = _run(data, {"CLAUDE_PROJECT_DIR": str(tmp_path)})
+        assert (code, out) == (0, b"")
+        assert err == ("pytest-ralph hook: stdin holds JSON nested too deeply to read, not the "
+                       "Stop payload object; the stop is allowed\n")
+
+
+def test_closed_process_streams_are_not_used(monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+    # Python sets sys.stdin/stdout/stderr to None when the file descriptor was closed.
+    monkeypatch.chdir(tmp_path)
+    err = io.BytesIO()
+    monkeypatch.setattr(sys, "stdin", None)
+    assert hook.main(None, io.BytesIO(), err, {}) == 0
+    assert err.getvalue() == b"pytest-ralph hook: stdin is closed (no Stop payload); the stop is " \
+                             b"allowed\n"
+    monkeypatch.setattr(sys, "stdout", None)
+    monkeypatch.setattr(sys, "stderr", None)
+    assert hook.main(io.BytesIO(b"[" * 5000), None, None, {}) == 0
+
+
+def test_a_path_longer_than_any_folder_is_not_walked() -> None:
+    assert hook.candidates("/a" * (hook.MAX_PATH_CHARS // 2 + 1), "/b" * 5000) == []
+    assert hook.candidates("/a" * 10, None)[0] == "/a" * 10

@@ -197,6 +197,26 @@ CASES = [
          "$.tasks[0].status", "expected a string such as 'done' or 'open'; found number 3", 1, 48),
     Case("top-level-text.yaml", "just a sentence\n",
          "$", 'found string "just a sentence"', 1, 1),
+    # A NUL reaching a command line or a path: refused when loaded (it once loaded, then
+    # failed with a 47 KB traceback of subprocess as its failure message).
+    *[Case(f"nul-in-{field}.json", '{"userStories": [{"id": "A", "title": "t", '
+           '"acceptanceCriteria": [' + criterion + "]}]}",
+           f"$.userStories[0].acceptanceCriteria[0].{field}",
+           f"expected {what} without a NUL character (\\u0000); found string", 1, column,
+           "remove the escaped NUL")
+      for field, criterion, what, column in [
+          ("run", '{"run": "true\\u0000 rm -rf /"}', "a shell command", 75),
+          ("cwd", '{"run": "make", "cwd": "app\\u0000"}', "a folder path", 90),
+          ("pytest", '{"pytest": ["tests/a.py", "tests/b\\u0000.py"]}', "node ids or paths", 78),
+          ("exists", '{"exists": "src\\u0000"}', "a path", 78),
+          ("file", '{"file": "log\\u0000", "contains": "ok"}', "a path", 76),
+          ("db", '{"sql": "select 1", "db": "a\\u0000.db", "expect": 1}', "a path", 93),
+          ("instance", '{"schema": "s.json", "instance": "i\\u0000.json"}', "a path", 100)]],
+    Case("nul-in-run.yaml", 'userStories:\n  - id: A\n    title: t\n    acceptanceCriteria:\n'
+         '      - run: "true\\0 rm -rf /"\n',
+         "$.userStories[0].acceptanceCriteria[0].run",
+         'expected a shell command without a NUL character (\\u0000); found string '
+         '"true\\u0000 rm -rf /"', 5, 14, "\\0 in YAML"),
 ]
 
 

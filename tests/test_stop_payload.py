@@ -428,3 +428,33 @@ def test_a_fifo_as_transcript_gives_no_message_without_hanging(tmp_path: Path) -
     os.mkfifo(fifo)
     assert last_transcript_message(str(fifo)) is None
     assert last_transcript_message(str(tmp_path)) is None  # a folder
+
+
+def test_json_nested_too_deeply_is_a_problem_not_an_error() -> None:
+    payload = parse_payload(b"[" * 100_000 + b"]" * 100_000)
+    assert payload.problems == ("stdin holds JSON nested too deeply to read, not a Stop payload "
+                                "object",)
+    assert payload.session_id is None
+
+
+def test_a_session_id_with_an_unpaired_surrogate_counts_as_missing() -> None:
+    payload = parse_payload(b'{"session_id": "ab\\ud800cd", "cwd": "/p"}')
+    assert payload.session_id is None and payload.cwd == "/p"
+    assert payload.problems == ("session_id holds an unpaired surrogate escape: treated as "
+                                "missing",)
+
+
+def test_a_transcript_line_nested_too_deeply_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    record = {"type": "assistant", "message": {"content": [{"type": "text", "text": "done"}]}}
+    path.write_text(json.dumps(record) + "\n" + "[" * 200_000 + "]" * 200_000 + "\n"
+                    + '{"type": "x", "deep": ' + "{\"a\":" * 50_000 + "1" + "}" * 50_001 + "\n",
+                    encoding="utf-8")
+    assert last_transcript_message(str(path)) == "done"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX device files")
+def test_special_transcripts_give_no_message_without_hanging() -> None:
+    assert last_transcript_message("/dev/zero") is None  # endless: refused before a read
+    assert last_transcript_message("/dev/null") is None
+    assert last_transcript_message("/tmp\0x") is None

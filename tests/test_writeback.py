@@ -1109,3 +1109,101 @@ def test_odd_line_breaks_do_not_move_the_edit(tmp_path: Path, name: str, text: s
     assert after == text.replace(f"passes: {word}", "passes: true").replace(
         f'"passes": {word}', '"passes": true')
     assert load_prd(path).stories[0].passes is True
+
+
+# -- the file itself: mode, owner, links, crashes --------------------------------------------
+
+
+def _verdicts(prd: Path) -> list[Any]:
+    return [s.get("passes") for s in json.loads(prd.read_text("utf-8"))["userStories"]]
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX modes and owners")
+def test_write_back_keeps_the_mode_and_the_owner(tmp_path: Path) -> None:
+    prd = tmp_path / "prd.json"
+    _write(prd, _prd())
+    prd.chmod(0o640)
+    owner = (65534, 65534) if os.geteuid() == 0 else (os.getuid(), os.getgid())
+    os.chown(prd, *owner)
+    assert write_back(prd, {"US-001": True}, tmp_path / "state" / "s.json") == ["US-001"]
+    st = prd.stat()
+    assert (oct(st.st_mode & 0o7777), (st.st_uid, st.st_gid)) == (oct(0o640), owner)
+    assert _verdicts(prd) == [True, True, False]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prd.json"]  # no temporary file
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX hard and symbolic links")
+def test_write_back_keeps_hard_links_and_symbolic_links(tmp_path: Path) -> None:
+    prd = tmp_path / "prd.json"
+    _write(prd, _prd())
+    prd.chmod(0o640)
+    other = tmp_path / "copy-of-prd.json"
+    os.link(prd, other)
+    inode = prd.stat().st_ino
+    state = tmp_path / "state"
+    assert write_back(prd, {"US-001": True}, state / "s.json") == ["US-001"]
+    assert prd.stat().st_ino == inode and prd.stat().st_nlink == 2
+    assert other.read_bytes() == prd.read_bytes() and _verdicts(other) == [True, True, False]
+    assert oct(prd.stat().st_mode & 0o7777) == oct(0o640)
+    assert not list(state.glob("*.before-write-back"))  # the copy is gone once written
+    # Shorter than before: cut to its length, no padding left.
+    before = prd.read_text("utf-8")
+    assert write_back(prd, {"US-001": False}, state / "s.json") == ["US-001"]
+    assert prd.read_text("utf-8") == before.replace('"passes": true', '"passes": false', 1)
+    # A symbolic link stays a link; the file it names is written.
+    link = tmp_path / "link.json"
+    link.symlink_to(prd.name)
+    assert write_back(link, {"US-001": True}, state / "s.json") == ["US-001"]
+    assert link.is_symlink() and _verdicts(other) == [True, True, False]
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX hard links")
+def test_an_in_place_write_that_fails_keeps_the_old_content(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    prd = tmp_path / "prd.json"
+    old = _write(prd, _prd()).encode()
+    os.link(prd, tmp_path / "other.json")
+    real_pwrite = os.pwrite
+    calls: list[int] = []
+
+    def full_disk(fd: int, data: Any, offset: int) -> int:  # a disk that fills up halfway
+        calls.append(len(data))
+        if len(calls) == 1:
+            real_pwrite(fd, bytes(data[:len(data) // 2]), offset)
+            raise OSError(28, "No space left on device")
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        write_back(prd, {"US-001": True}, tmp_path / "state" / "s.json")
+    assert prd.read_bytes() == old and len(calls) == 2  # written back whole
+    assert not list((tmp_path / "state").glob("*.before-write-back"))
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX hard links")
+def test_a_crash_between_writing_and_cutting_leaves_a_valid_prd_and_a_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    prd = tmp_path / "prd.json"
+    _write(prd, _prd(), indent=4)
+    os.link(prd, tmp_path / "other.json")
+    state = tmp_path / "state"
+    write_back(prd, {"US-001": False}, state / "s.json",
+               notes={"US-001": "pytest-ralph: 0/1 criteria pass; failing: AC1"})
+    longer = prd.read_bytes()
+
+    class Killed(BaseException):
+        pass
+
+    def killed(fd: int, length: int) -> None:  # the process dies right after the write
+        raise Killed
+
+    monkeypatch.setattr(os, "ftruncate", killed)
+    with pytest.raises(Killed):
+        write_back(prd, {"US-001": True}, state / "s.json",
+                   notes={"US-001": "pytest-ralph: the 1 criterion passes"})
+    text = prd.read_text("utf-8")
+    assert len(text.encode()) == len(longer) and text.endswith("   ")  # padded, not cut
+    assert _verdicts(prd) == [True, True, False]  # the new content, valid JSON
+    assert "the 1 criterion passes" in text
+    (copy,) = state.glob("*.before-write-back")
+    assert copy.read_bytes() == longer  # and the old content, kept until the write is done
