@@ -163,12 +163,15 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
             already = _already_armed(state, history)
             if already:
                 return 0, already
+            # A changed oracle is refused before anything is written (--ralph-accept-changes).
+            accepted = loop.check_verified(prd, loop.snapshot_of(prd), state)
             try:
                 merged = merge_stop_hook(rootdir / ".claude" / "settings.json",
                                          hook_command(python))
             except SettingsFileError as exc:
                 return EXIT_USAGE, f"pytest-ralph: {exc}"
             lines.append(f"pytest-ralph: {merged.message}")
+            lines += [f"pytest-ralph: warning: {note}" for note in accepted]
             run, report = loop.arm(prd, state, rootdir / MARKER)
             if report is not None:
                 lines.append(log.getvalue().rstrip("\n"))
@@ -371,6 +374,12 @@ def on_stop(armed: Armed, payload: StopPayload, *, python: str = sys.executable)
 class _DrivenLoop(Loop):
     """:class:`~pytest_ralph.loop.Loop` with one iteration per Stop event."""
 
+    def confinement_line(self) -> str:
+        """What is confined under this driver: the check phases, never the session."""
+        sb = self.sandbox
+        return (f"the Claude Code session is not confined by pytest-ralph (it is the session "
+                f"you started); its check phases are {sb.describe()}")
+
     def _bounded(self, phase: CheckPhaseConfig) -> CheckPhaseConfig:
         """The check phase cut to :data:`STOP_CHECK_SECONDS`, so that it ends (and a slow
         criterion fails as timed out) before Claude Code kills the hook at its timeout."""
@@ -400,7 +409,8 @@ class _DrivenLoop(Loop):
                         driver=DRIVER, marker=marker, inifile=self.inifile)
         self._db_sig = _db_signature(history.path)
         run = RunRecord(prd=prd, settings=self.settings, argv=list(SESSION_ARGV),
-                        run_dir=run_dir, started=started, oracle=oracle)
+                        run_dir=run_dir, started=started, oracle=oracle,
+                        confinement=self.confinement_line())
         if self._baseline(run, state, self._phase_config(prd, oracle)) is not None:
             return run, self._finish(run, state)
         _keep_good_prd(run)  # after the baseline wrote its notes back
@@ -452,7 +462,8 @@ class _DrivenLoop(Loop):
                                                   "armed")
             broken = True
         run = RunRecord(prd=prd, settings=self.settings, argv=list(SESSION_ARGV),
-                        run_dir=run_dir, started=stored.started)
+                        run_dir=run_dir, started=stored.started,
+                        confinement=self.confinement_line())
         if not broken:
             _keep_good_prd(run)
         try:

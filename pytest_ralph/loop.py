@@ -1335,6 +1335,11 @@ class Loop:
         except (OSError, ValueError):
             return False
 
+    def snapshot_of(self, prd: PRD) -> Snapshot:
+        """A snapshot of ``prd``'s oracle as it is now (see :func:`pytest_ralph.oracle.
+        snapshot`), with this loop's settings."""
+        return self._snapshot(prd)
+
     def _snapshot(self, prd: PRD, start: Snapshot | None = None) -> Snapshot:
         return snapshot(prd, self.rootdir, inifile=self.inifile, stories=self.settings.story,
                         verifier=self.settings.verifier, start=start,
