@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .bytecode import TrustedBytecode
+from .phasewatch import JUDGES_ENV, write_judges
 from .process import Finished, read_tail, run_in_group, supervised
 from .redact import Redactor, redact_file, redact_json_file
 from .results import CheckResults, CriterionResult, read_results
@@ -344,6 +345,8 @@ class CheckPhaseConfig:
             TrustedBytecode`), made ready before the phase; it replaces ``pycache``.
         report_imports: ask the phase's processes what they imported
             (:data:`IMPORTS_ENV`; :attr:`pytest_ralph.results.CheckResults.imports`).
+        oracle: the run's :class:`pytest_ralph.oracle.Snapshot`: its judges are watched
+            while the phase runs (:mod:`pytest_ralph.phasewatch`); ``None``: not watched.
     """
 
     prd: Path
@@ -367,6 +370,7 @@ class CheckPhaseConfig:
     judges: tuple[Path, ...] = ()
     bytecode: TrustedBytecode | None = None
     report_imports: bool = False
+    oracle: Any = None
 
     def argv(self, results_path: Path, junit_path: Path | None = None,
              empty_ini: Path | None = None) -> list[str]:
@@ -451,6 +455,10 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
         imports_path = Path(private) / "imports.jsonl"
         if config.report_imports:
             env[IMPORTS_ENV] = str(imports_path)
+        env.pop(JUDGES_ENV, None)
+        if config.oracle is not None:
+            write_judges(Path(private) / "judges.json", config.oracle, config.rootdir)
+            env[JUDGES_ENV] = str(Path(private) / "judges.json")
         empty_ini = None
         if config.inifile is None:
             empty_ini = Path(private) / "pytest.ini"

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from . import phasewatch
 from .checks import CheckResult, UnknownKindCheck
 from .failure import FailureText
 from .loophooks import HookError
@@ -117,6 +118,7 @@ class CriterionItem(pytest.Item):
         from .plugin import get_settings
 
         settings = get_settings(self.config)
+        watch = phasewatch.current()  # the judges' signatures, taken before the first check
         check = self.ihook.pytest_ralph_make_check(
             criterion=self.criterion, story=self.story, prd_path=self.path, config=self.config)
         if not callable(getattr(check, "run", None)):
@@ -132,6 +134,10 @@ class CriterionItem(pytest.Item):
                 f"the check {type(check).__qualname__} that pytest_ralph_make_check made for "
                 f"{self.criterion.key} returned {result!r} from run(); expected a "
                 "pytest_ralph.CheckResult(passed, message)")
+        changed = watch.changed() if watch is not None else ""
+        if changed:  # a judge changed during the phase: nothing it decided can be trusted
+            result = CheckResult(False, changed + (f"\nthe check itself said: {result.message}"
+                                                   if result.message else ""))
         if result.kind:  # decided by another kind of check (the verifier): report that kind
             self.user_properties[:] = [(k, result.kind if k == PROP_KIND else v)
                                        for k, v in self.user_properties]

@@ -24,8 +24,8 @@ import errno
 import os
 import stat
 
-__all__ = ["FileTooLarge", "NotRegularFile", "check_regular", "kind_of", "open_regular",
-           "read_bytes", "read_text"]
+__all__ = ["FileTooLarge", "NotRegularFile", "check_regular", "digest", "kind_of",
+           "open_regular", "read_bytes", "read_text"]
 
 _OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
                | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
@@ -140,3 +140,39 @@ def read_text(path: str | os.PathLike[str], limit: int, *, errors: str = "strict
         FileTooLarge, NotRegularFile, OSError, ValueError: see :func:`read_bytes`.
     """
     return read_bytes(path, limit).decode("utf-8", errors)
+
+
+#: Largest file :func:`digest` reads whole, in bytes; a larger one is known by its size, inode
+#: and change time instead (a sparse file of a terabyte would take hours to hash).
+DIGEST_MAX_BYTES = 64 * 1024 * 1024
+
+
+def digest(path: str | os.PathLike[str], max_bytes: int = DIGEST_MAX_BYTES) -> str:
+    """What the guard records for the file at ``path`` (symbolic links followed): the
+    SHA-256 hex digest of its content; ``"absent"`` when there is nothing (or a folder);
+    ``"special: <kind>"`` for a FIFO, a device or a socket (never read: a FIFO would block,
+    ``/dev/zero`` never ends); ``"large: <size> <inode> <ctime ns>"`` for a file over
+    ``max_bytes`` bytes (the change time cannot be set back by a process, unlike the
+    modification time); ``"unreadable: <why>"`` when it cannot be read. Never raises for a
+    file that cannot be read."""
+    import hashlib
+
+    try:
+        fd = open_regular(path)
+    except NotRegularFile as exc:
+        return "absent" if exc.kind == "a folder" else f"special: {exc.kind}"
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return "absent"
+    except (OSError, ValueError) as exc:
+        return f"unreadable: {getattr(exc, 'strerror', None) or exc}"
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if info.st_size > max_bytes:
+            return f"large: {info.st_size} {info.st_ino} {info.st_ctime_ns}"
+        h = hashlib.sha256()
+        try:
+            for block in iter(lambda: f.read(1 << 16), b""):
+                h.update(block)
+        except OSError as exc:
+            return f"unreadable: {exc.strerror}"
+    return h.hexdigest()

@@ -42,6 +42,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .fileio import digest
+
 #: Subject suffix of a folder's list of modules that would shadow what the checks import.
 SHADOWS = " (names the checks import)"
 
@@ -194,13 +196,9 @@ def take(subject: str, params: Sequence[str], rootdir: Path) -> tuple[str, tuple
 
 
 def _file_digest(path: str) -> str:
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return "absent"
-    except OSError as exc:
-        return f"unreadable: {exc.strerror}"
+    """:func:`pytest_ralph.fileio.digest`: a FIFO or a huge sparse file planted as a module
+    neither hangs nor crashes the loop."""
+    return digest(path)
 
 
 def _pairs(pairs: list[tuple[str, str]]) -> tuple[str, tuple[str, ...]]:

@@ -70,6 +70,7 @@ from .oracle import (
 )
 from .prd import PRD_FILE_NAMES, PRD_SEARCH_DIRS, PRDError, discover_prd, load_prd
 from .presets import reader_for, resolve_agent
+from .process import become_subreaper, sweep_descendants
 from .prompt import (
     NO_CHANGE,
     PROGRESS_CHARS,
@@ -91,9 +92,16 @@ from .sandbox import (
     prepare_state_paths,
     probe,
 )
-from .settings import Settings, to_json
+from .settings import Settings, from_person, to_json
 from .state import LockedError, RunDir, StateDir, StateError
-from .verified import changes_stat, keep_copies, weakening
+from .verified import (
+    changes_stat,
+    keep_copies,
+    pointer_path,
+    read_pointer,
+    weakening,
+    write_pointer,
+)
 from .writeback import story_notes, story_verdicts, write_back
 
 # Exit codes of ``pytest --ralph`` (PRODUCT.md section 3).
@@ -521,6 +529,7 @@ class Loop:
         return CheckPhaseConfig(prd=prd.path, rootdir=self.rootdir, inifile=self.inifile,
                                 sandbox=self.sandbox, state_dir=self.settings.dir,
                                 judges=oracle.judges(self.rootdir) if oracle else (),
+                                oracle=oracle,
                                 stories=self.settings.story, strict=self.settings.strict,
                                 python=self.python, keyword=self.keyword,
                                 markexpr=self.markexpr, junitxml=self.junitxml,
@@ -593,6 +602,8 @@ class Loop:
         for line in self.banner:
             self._print(line)
         state = StateDir(self.settings.dir)
+        if not self.sandbox.confined:
+            become_subreaper()  # an orphan of the agent comes to the loop, not to init
         with guarded(self.rootdir), self.locked(state):
             return self._run_locked(prd, argv, state)
 
@@ -723,6 +734,16 @@ class Loop:
                                hostname=socket.gethostname(),
                                oracle=snapshot_to_json(run.oracle))
         self._db_sig = _db_signature(self.history.path)
+        self._point_at(run)
+
+    def _point_at(self, run: RunRecord) -> None:
+        """Record ``run``'s snapshot as the last verified one apart from the state folder
+        (:func:`pytest_ralph.verified.write_pointer`)."""
+        if run.oracle is not None:
+            write_pointer(self.rootdir, {"run": run.run_dir.id, "status": run.status,
+                                         "prd": str(run.prd.path),
+                                         "state": str(self.settings.dir),
+                                         "oracle": snapshot_to_json(run.oracle)})
 
     def _resume(self, stored: StoredRun, prd: PRD, argv: list[str], state: StateDir) -> RunRecord:
         """Rebuild the run ``stored`` from the history and mark it running again."""
@@ -738,9 +759,11 @@ class Loop:
             raise LoopUsageError(
                 f"run {stored.id} ({stored.status}) cannot be resumed: the snapshot of its "
                 f"criteria taken when it started is unreadable in {self.history.path} (the "
-                "history was damaged or edited); `pytest --ralph --ralph-new` starts a new run, "
-                "whose start becomes the reference") from None
-        changes = [] if self.settings.allow_criteria_edits else compare(
+                "history was damaged or edited); `pytest --ralph --ralph-new "
+                "--ralph-accept-changes` starts a new run, whose start becomes the reference"
+            ) from None
+        # A waiver in the configuration file (which the agent can write) does not count here.
+        changes = [] if from_person(self.settings, "allow_criteria_edits") else compare(
             run.oracle, self._snapshot(prd, run.oracle))
         if changes:
             raise LoopUsageError(
@@ -748,7 +771,7 @@ class Loop:
                 f"changed since it started ({_changes_text(changes)}), and a resumed run would "
                 "count that against the agent; restore them (if an agent made these changes), "
                 "or start a new run with the criteria as they are now: `pytest --ralph "
-                "--ralph-new` (or pass --ralph-allow-criteria-edits)")
+                "--ralph-new --ralph-accept-changes` (or pass --ralph-allow-criteria-edits)")
         # The history keeps them redacted: compare them redacted.
         new_settings = self._redactor.json(json.loads(json.dumps(to_json(self.settings),
                                                                  default=str)))
@@ -808,15 +831,23 @@ class Loop:
         """
         s = self.settings
         last = self.history.last_run(prd.path)
+        ref = (last.id, last.status, last.oracle, str(self.history.path)) if last else None
+        pointer = read_pointer(self.rootdir)
+        if pointer is not None and pointer.get("prd") == str(prd.path) and (
+                ref is None or pointer.get("state") != str(state.root)):
+            # No run here, or not the one last verified (ralph_dir moved, the folder deleted).
+            ref = (str(pointer.get("run")), str(pointer.get("status")), pointer["oracle"],
+                   str(pointer_path(self.rootdir)))
         notes: list[str] = []
-        if last is not None and not s.allow_criteria_edits:
+        if ref is not None and not from_person(s, "allow_criteria_edits"):
+            ref_id, ref_status, ref_oracle, where = ref
             try:
-                before = snapshot_from_json(last.oracle)
+                before = snapshot_from_json(ref_oracle)
                 if not any(k.startswith("criterion ") for k in before.digests):
                     raise ValueError("no criterion in it")
             except ValueError as exc:
-                why = (f"the verified snapshot of the last run {last.id} ({last.status}) "
-                       f"cannot be read from {self.history.path} ({exc}): the history was "
+                why = (f"the verified snapshot of the last run {ref_id} ({ref_status}) "
+                       f"cannot be read from {where} ({exc}): the history was "
                        "damaged or edited")
                 if not s.accept_changes:
                     raise LoopUsageError(f"{why}; so the criteria cannot be compared with what "
@@ -830,7 +861,7 @@ class Loop:
                                      self._redactor.text)
                     shown = "\n".join(f"  {line}" for line in stat)
                     head = (f"the criteria or the files that judge them changed since the last "
-                            f"run {last.id} ({last.status}) started")
+                            f"run {ref_id} ({ref_status}) started")
                     if not s.accept_changes:
                         raise LoopUsageError(
                             f"{head}:\n{shown}\nA new run does not take a changed oracle as its "
@@ -888,6 +919,8 @@ class Loop:
                 self._warn(run, f"--ralph-max-cost {s.max_cost:g}: the agent reports no cost "
                            f"({agent_run.describe()}), so the cost limit cannot stop this run; "
                            "use --ralph-budget or --ralph-max-iterations to bound it")
+            if not self.sandbox.confined:
+                sweep_descendants()  # what the agent started, its supervisor killed or not
             if agent_run.outcome == "rate-limited":
                 cur.error_streak += 1
                 stop = self._rate_limited(run, n, started, agent_run, cur.error_streak)
@@ -939,6 +972,7 @@ class Loop:
         with contextlib.suppress(Exception):  # a broken history is handled elsewhere
             self.history.set_oracle(run.run_dir.id, snapshot_to_json(run.oracle))
             self._db_sig = _db_signature(self.history.path)
+        self._point_at(run)
 
     def _expected(self, run: RunRecord, phase: CheckPhaseConfig) -> CheckPhaseConfig:
         """``phase`` expecting the criteria the baseline selected (with ``-k``/``-m`` the
@@ -999,9 +1033,14 @@ class Loop:
         self._git = after is not None
         diff = diff_stat(self.rootdir, before, after, trust=self._git_trust) \
             if before and after else ""
+        # The oracle as the agent's turn left it, before anything runs that could put it back
+        # (a conftest.py that deletes itself when the check is over, say); and after the phase.
+        ahead = self._changes(run, phase)
         results = run_check_phase(self._bounded(phase), turn.folder)
         results, flaky = self._recheck(run, phase, prev, results, turn.folder)
-        changes = self._changes(run, phase)
+        if not self.sandbox.confined:
+            sweep_descendants()  # a daemon the code under test started must not see the next
+        changes = _merged(ahead, self._changes(run, phase))
         if changes and not s.allow_criteria_edits:
             results = apply(results, changes)
         self._write_back(run.prd, results, state)
@@ -1644,6 +1683,12 @@ def _silence(stream: TextIO) -> None:
         os.dup2(devnull, stream.fileno())
         os.close(devnull)
         stream.flush()
+
+
+def _merged(first: list[Change], then: list[Change]) -> list[Change]:
+    """The changes of both lists, each subject once (its first report)."""
+    seen = {ch.subject for ch in first}
+    return [*first, *(ch for ch in then if ch.subject not in seen)]
 
 
 def _changes_text(changes: tuple[Change, ...] | list[Change], most: int = 5) -> str:

@@ -67,7 +67,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .fileio import FileTooLarge, NotRegularFile, open_regular, read_bytes
+from .fileio import FileTooLarge, NotRegularFile, read_bytes
+from .fileio import digest as file_digest
 from .judges import SHADOWS, take, watch
 from .model import PRD, Criterion
 from .results import CheckResults, CriterionResult
@@ -639,21 +640,11 @@ def _chain(folder: Path, root: Path) -> list[Path]:
 
 
 def _file_digest(path: Path) -> str:
-    """SHA-256 of the file at ``path`` (symbolic links followed); :data:`ABSENT` when
-    there is none (or a folder); ``unreadable: <why>`` when it cannot be read, and
-    ``special: <kind>`` for a FIFO, a device or a socket (never read: a FIFO would block)."""
-    h = hashlib.sha256()
-    try:  # open_regular: a FIFO or a device planted there is never read (it would hang)
-        with os.fdopen(open_regular(path), "rb") as f:
-            for block in iter(lambda: f.read(1 << 16), b""):
-                h.update(block)
-    except NotRegularFile as exc:  # a change of its own kind (a folder: absent, as before)
-        return ABSENT if exc.kind == "a folder" else f"special: {exc.kind}"
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return ABSENT
-    except OSError as exc:  # unreadable: a change of its own kind
-        return f"unreadable: {exc.strerror}"
-    return h.hexdigest()
+    """What the guard records for a file (:func:`pytest_ralph.fileio.digest`): its SHA-256;
+    :data:`ABSENT` when there is none (or a folder); ``special: <kind>`` for a FIFO, a device
+    or a socket (never read); ``large: ...`` past 64 MiB (never read whole);
+    ``unreadable: <why>``."""
+    return file_digest(path)
 
 
 def _definition_digest(c: Criterion) -> str:

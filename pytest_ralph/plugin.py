@@ -170,16 +170,17 @@ def _started_unsafely(config: pytest.Config) -> list[str]:
 def _check_loop_conftests(config: pytest.Config) -> None:
     """The ``--ralph`` part of :func:`pytest_load_initial_conftests`."""
     ns = config.known_args_namespace
-    if _is_child() or not getattr(ns, "ralph", False) or getattr(
-            ns, "ralph_accept_changes", None) or getattr(ns, "ralph_allow_criteria_edits", None):
+    if _is_child() or not getattr(ns, "ralph", False):
         return
+    from .settings import from_person
     from .verified import check_loop_conftests
 
     try:
         settings = _resolve_settings(config, ns)  # not cached: the parse is not complete
     except pytest.UsageError:
         return  # reported when the loop starts
-    if settings.accept_changes or settings.allow_criteria_edits:
+    if from_person(settings, "accept_changes") or from_person(settings,
+                                                              "allow_criteria_edits"):
         return
     why = check_loop_conftests(settings.dir, config.rootpath, loop_anchors(config))
     if why:
@@ -222,7 +223,8 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     for spec in SPECS:
         if not spec.cli:
             continue
-        help_text = f"{spec.help} [ini {spec.ini}, env {spec.env}] {default_text(spec)}"
+        help_text = (f"{spec.help} [{f'ini {spec.ini}, ' if spec.ini_allowed else ''}env "
+                     f"{spec.env}] {default_text(spec)}")
         if spec.kind == "bool":
             group.addoption(spec.cli, action="store_true", dest=spec.dest, default=None,
                             help=help_text)
@@ -272,6 +274,8 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     group.addoption("--ralph-results", action="store", default=None, metavar="PATH",
                     help=argparse.SUPPRESS)
     for spec in SPECS:
+        if not spec.ini_allowed:
+            continue
         ini_help = f"pytest-ralph: {spec.help} (env {spec.env}) {default_text(spec)}"
         if spec.kind == "list":
             parser.addini(spec.ini, ini_help, type="args")
@@ -684,6 +688,18 @@ def _err(message: str) -> None:
     sys.stderr.flush()
 
 
+def _not_dumpable() -> None:
+    """Make this check phase's process non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``, Linux):
+    a program a criterion starts (the agent's code) then cannot open its ``/proc/<pid>/mem``
+    or attach to it to rewrite the verdicts it holds, even as the same user."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Resolve settings; refuse misspelt ``pytest_ralph_*`` hooks; in the loop's child, record
     results; add the discovered PRD."""
@@ -693,6 +709,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     settings = get_settings(config)
     results = config.getoption("ralph_results", None)
+    if results and _is_child():
+        _not_dumpable()
     if results:
         if not hasattr(config, "workerinput"):  # a pytest-xdist worker reports to its controller
             config.pluginmanager.register(ResultsRecorder(Path(results), config.rootpath),

@@ -562,6 +562,76 @@ def supervised(argv: Sequence[str], grace: float | None = None,
             f"{KILL_GRACE_SECONDS if grace is None else grace:g}", *argv]
 
 
+def become_subreaper() -> bool:
+    """Make this process a child subreaper (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``): a
+    descendant whose parent dies is re-parented to it, not to init, so that
+    :func:`sweep_descendants` still finds it (an unconfined agent that kills its supervisor
+    leaves its daemons here). Returns whether it worked."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def _descendants(root: int) -> list[tuple[int, str]]:
+    """(pid, state) of every descendant of ``root``, from ``/proc`` (Linux); empty elsewhere."""
+    kids: dict[int, list[tuple[int, str]]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1:
+            kids.setdefault(int(fields[1]), []).append(
+                (int(name), fields[0].decode("ascii", "replace")))
+    out: list[tuple[int, str]] = []
+    todo = [root]
+    while todo:
+        for pid, state in kids.get(todo.pop(), ()):
+            out.append((pid, state))
+            todo.append(pid)
+    return out
+
+
+def sweep_descendants(grace: float = 0.5) -> int:
+    """Stop every process descended from this one (SIGTERM, up to ``grace`` seconds, then
+    SIGKILL until none is left) and reap the ones re-parented here; return how many were
+    found. For the loop between two commands, when none of its own should be running: with
+    :func:`become_subreaper`, nothing an unconfined agent started can hide from it."""
+    me = os.getpid()
+    alive = [pid for pid, state in _descendants(me) if state not in ("Z", "X")]
+    found = len(alive)
+    for pid in alive:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for _ in range(1000):
+        alive = [pid for pid, state in _descendants(me) if state not in ("Z", "X")]
+        if not alive:
+            break
+        if time.monotonic() >= deadline:
+            for pid in alive:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+    for pid, _ in _descendants(me):  # zombies re-parented here: ours to reap
+        with contextlib.suppress(OSError):
+            os.waitpid(pid, os.WNOHANG)
+    return found
+
+
 def read_tail(f: IO[bytes], max_bytes: int) -> str:
     """The last ``max_bytes`` bytes of the binary file ``f``, decoded as UTF-8 (errors replaced)."""
     f.flush()

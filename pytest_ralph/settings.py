@@ -43,6 +43,9 @@ class Spec:
         low, high: inclusive bounds of a number (``low`` exclusive for ``float``).
         metavar: the option's value name in ``--help`` ("" for the kind's default).
         choices: the values of a ``choice`` setting.
+        ini_allowed: whether a configuration file may set it; ``False`` for a decision a
+            person takes for one run (``accept_changes``): the agent can write the project's
+            configuration file, so it could take it for the next run.
     """
 
     name: str
@@ -54,6 +57,7 @@ class Spec:
     high: float | None = None
     metavar: str = ""
     choices: tuple[str, ...] = ()
+    ini_allowed: bool = True
 
     @property
     def ini(self) -> str:
@@ -112,7 +116,8 @@ SPECS: tuple[Spec, ...] = (
          "reports the changes).", "bool", False, "--ralph-allow-criteria-edits"),
     Spec("accept_changes", "Start a new run even when the criteria or the files that judge "
          "them differ from the last run's verified snapshot (the changes become the new "
-         "reference).", "bool", False, "--ralph-accept-changes"),
+         "reference). Command line or environment only.", "bool", False,
+         "--ralph-accept-changes", ini_allowed=False),
     Spec("sandbox", "Confine each agent run and each check phase with bubblewrap: 'auto' "
          "(where bwrap works), 'required' (its absence is a usage error) or 'off'.", "choice",
          "auto", "--ralph-sandbox", choices=SANDBOX_MODES),
@@ -224,7 +229,7 @@ def resolve(
             raw, source, base = cli[spec.name], spec.cli, invocation_dir
         elif env.get(spec.env, "").strip():
             raw, source, base = env[spec.env], f"environment variable {spec.env}", invocation_dir
-        else:
+        elif spec.ini_allowed:
             ini_raw = ini(spec.ini)
             if ini_raw not in (None, "", []):
                 raw = ini_raw
@@ -239,6 +244,14 @@ def resolve(
     values["dir"] = (rootdir / values["dir"]) if not Path(values["dir"]).is_absolute() else (
         Path(values["dir"]))
     return Settings(**values, sources=sources)
+
+
+def from_person(settings: Settings, name: str) -> bool:
+    """Whether the setting ``name`` is on and came from the command line or the environment,
+    not from a configuration file (which the agent can write): a waiver of the guard counts
+    only from there."""
+    source = settings.sources.get(name, "default")
+    return bool(getattr(settings, name)) and (source.startswith(("--", "environment")))
 
 
 def to_json(settings: Settings) -> dict[str, Any]:

@@ -16,6 +16,11 @@ file of at most :data:`MAX_COPY_BYTES` bytes (secrets redacted), named by the SH
 file's contents, which is also the file's digest in the snapshot: the next run finds the old
 text of a changed file by its digest. Only the copies the newest snapshot names are kept.
 
+The verified snapshot lives in the run history of the state folder, and also, so that a
+``ralph_dir`` moved by an edited configuration file (or a state folder deleted) cannot hide it,
+in a small record under the user's cache folder (:func:`pointer_path`), read-only to a
+confined agent.
+
 This module does not import pytest.
 """
 
@@ -23,9 +28,12 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import hashlib
+import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from .oracle import ABSENT, Change, Snapshot
 
@@ -37,6 +45,54 @@ MAX_COPY_BYTES = 1024 * 1024
 
 #: How many changed subjects a diff stat lists before ``... N more``.
 MAX_LINES = 20
+
+
+def pointer_path(rootdir: Path) -> Path | None:
+    """Where the last verified snapshot of the project at ``rootdir`` is recorded apart from
+    its state folder: ``$XDG_CACHE_HOME/pytest-ralph/verified/<digest of the rootdir>.json``
+    (``~/.cache`` without ``XDG_CACHE_HOME``); ``None`` when that folder would be inside the
+    project (where the agent could write it) or the path is relative."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = os.path.realpath(os.path.join(base, "pytest-ralph", "verified"))
+    root = os.path.realpath(rootdir)
+    if not os.path.isabs(folder) or folder == root or folder.startswith(
+            root.rstrip(os.sep) + os.sep):
+        return None
+    name = hashlib.sha256(root.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return Path(folder) / f"{name}.json"
+
+
+def write_pointer(rootdir: Path, record: Mapping[str, Any]) -> None:
+    """Record the verified snapshot of a run (``{"run", "status", "prd", "state",
+    "oracle"}``) at :func:`pointer_path`, atomically; errors are ignored (the history still
+    holds it)."""
+    path = pointer_path(rootdir)
+    if path is None:
+        return
+    with contextlib.suppress(OSError, TypeError, ValueError):
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        part = path.with_name(f"{path.name}.{os.getpid()}.part")
+        part.write_text(json.dumps({"rootdir": os.path.realpath(rootdir), **record}),
+                        encoding="utf-8")
+        part.replace(path)
+
+
+def read_pointer(rootdir: Path) -> dict[str, Any] | None:
+    """The record :func:`write_pointer` left for ``rootdir``, or ``None`` (none, or one that
+    cannot be read)."""
+    from .fileio import read_text
+
+    path = pointer_path(rootdir)
+    if path is None:
+        return None
+    try:
+        data = json.loads(read_text(path, 64 * 1024 * 1024))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("rootdir") != os.path.realpath(rootdir) or \
+            not isinstance(data.get("oracle"), dict):
+        return None
+    return data
 
 
 def keep_copies(snap: Snapshot, rootdir: Path, state_root: Path,
@@ -144,22 +200,31 @@ def check_loop_conftests(state_root: Path, rootdir: Path, anchors: Sequence[Path
     from .oracle import LOOP_CONFTESTS, _listing_detail, loop_conftests, snapshot_from_json
 
     db = state_root / db_name
-    if not db.is_file():
+    last_id = last_status = ""
+    oracle: Any = None
+    if db.is_file():
+        try:
+            history = History.open(db, readonly=True)
+        except (HistoryError, OSError, ValueError):
+            history = None
+        if history is not None:
+            try:
+                last = history.last_run()
+            except Exception:  # a damaged history is the loop's to report, once it starts
+                last = None
+            finally:
+                history.close()
+            if last is not None:
+                last_id, last_status, oracle = last.id, last.status, last.oracle
+    pointer = read_pointer(rootdir)
+    if pointer is not None and (oracle is None or pointer.get("state") != str(state_root)):
+        # No history here, or it is not the one the last run kept (ralph_dir moved).
+        last_id, last_status = str(pointer.get("run")), str(pointer.get("status"))
+        oracle = pointer["oracle"]
+    if oracle is None:
         return ""
     try:
-        history = History.open(db, readonly=True)
-    except (HistoryError, OSError, ValueError):
-        return ""
-    try:
-        last = history.last_run()
-    except Exception:  # a damaged history is the loop's to report, once it starts
-        last = None
-    finally:
-        history.close()
-    if last is None:
-        return ""
-    try:
-        before = snapshot_from_json(last.oracle)
+        before = snapshot_from_json(oracle)
     except ValueError:
         return ""
     if LOOP_CONFTESTS not in before.digests:
@@ -168,8 +233,8 @@ def check_loop_conftests(state_root: Path, rootdir: Path, anchors: Sequence[Path
     if digest == before.digests[LOOP_CONFTESTS]:
         return ""
     what = _listing_detail(LOOP_CONFTESTS, before.listings.get(LOOP_CONFTESTS, ()), listing)
-    return (f"a conftest.py that `pytest --ralph` loads changed since the last run {last.id} "
-            f"({last.status}) started ({what or 'changed'}): it would run inside the loop "
+    return (f"a conftest.py that `pytest --ralph` loads changed since the last run {last_id} "
+            f"({last_status}) started ({what or 'changed'}): it would run inside the loop "
             "itself, before anything is checked, so it was not loaded; if you made this change, "
             "rerun with --ralph-accept-changes; if an agent did, restore it (for example `git "
             "checkout -- <file>`, and delete added files)")
