@@ -70,7 +70,7 @@ from .oracle import (
 )
 from .prd import PRD_FILE_NAMES, PRD_SEARCH_DIRS, PRDError, discover_prd, load_prd
 from .presets import reader_for, resolve_agent
-from .process import become_subreaper, sweep_descendants
+from .process import become_subreaper, descendant_pids, sweep_descendants
 from .prompt import (
     NO_CHANGE,
     PROGRESS_CHARS,
@@ -357,6 +357,8 @@ class Loop:
         self._lock: IO[str] | None = None
         self._db_sig: tuple[object, ...] = ()
         self._bytecode: TrustedBytecode | None = None
+        #: Processes this process had before the run (sweeps spare them).
+        self._keep: frozenset[int] = frozenset()
         #: git's configuration when the run started: git runs only while it is unchanged.
         self._git_trust = config_digest(rootdir)
         self._t0 = time.monotonic()
@@ -604,6 +606,7 @@ class Loop:
         state = StateDir(self.settings.dir)
         if not self.sandbox.confined:
             become_subreaper()  # an orphan of the agent comes to the loop, not to init
+            self._keep = descendant_pids()
         with guarded(self.rootdir), self.locked(state):
             return self._run_locked(prd, argv, state)
 
@@ -920,7 +923,7 @@ class Loop:
                            f"({agent_run.describe()}), so the cost limit cannot stop this run; "
                            "use --ralph-budget or --ralph-max-iterations to bound it")
             if not self.sandbox.confined:
-                sweep_descendants()  # what the agent started, its supervisor killed or not
+                sweep_descendants(keep=self._keep)  # what the agent left, supervisor or not
             if agent_run.outcome == "rate-limited":
                 cur.error_streak += 1
                 stop = self._rate_limited(run, n, started, agent_run, cur.error_streak)
@@ -1039,7 +1042,7 @@ class Loop:
         results = run_check_phase(self._bounded(phase), turn.folder)
         results, flaky = self._recheck(run, phase, prev, results, turn.folder)
         if not self.sandbox.confined:
-            sweep_descendants()  # a daemon the code under test started must not see the next
+            sweep_descendants(keep=self._keep)  # a daemon of the code under test, say
         changes = _merged(ahead, self._changes(run, phase))
         if changes and not s.allow_criteria_edits:
             results = apply(results, changes)

@@ -605,20 +605,46 @@ def _descendants(root: int) -> list[tuple[int, str]]:
     return out
 
 
-def sweep_descendants(grace: float = 0.5) -> int:
-    """Stop every process descended from this one (SIGTERM, up to ``grace`` seconds, then
-    SIGKILL until none is left) and reap the ones re-parented here; return how many were
-    found. For the loop between two commands, when none of its own should be running: with
-    :func:`become_subreaper`, nothing an unconfined agent started can hide from it."""
+def descendant_pids() -> frozenset[int]:
+    """The pids of this process's descendants now (Linux; empty elsewhere)."""
+    return frozenset(pid for pid, _ in _descendants(os.getpid()))
+
+
+def sweep_descendants(grace: float = 0.5, keep: frozenset[int] = frozenset()) -> int:
+    """Stop every process descended from this one but ``keep`` (and theirs: SIGTERM, up to
+    ``grace`` seconds, then SIGKILL until none is left) and reap the ones re-parented here;
+    return how many were found. For the loop between two commands, when none of its own
+    should be running: with :func:`become_subreaper`, nothing an unconfined agent started can
+    hide from it; ``keep`` spares what was running before the loop started (a server a
+    ``conftest.py`` started)."""
     me = os.getpid()
-    alive = [pid for pid, state in _descendants(me) if state not in ("Z", "X")]
+
+    def targets() -> list[int]:
+        kids: dict[int, int] = {}
+        spared = set(keep)
+        found = _descendants(me)
+        for pid, _ in found:  # a kept process's children are kept too
+            with contextlib.suppress(OSError, ValueError):
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    raw = f.read()
+                kids[pid] = int(raw[raw.rfind(b")") + 2:].split()[1])
+        for pid, _ in found:
+            chain, here = [], pid
+            while here in kids and here not in spared:
+                chain.append(here)
+                here = kids[here]
+            if here in spared:
+                spared.update(chain)
+        return [pid for pid, state in found if state not in ("Z", "X") and pid not in spared]
+
+    alive = targets()
     found = len(alive)
     for pid in alive:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     for _ in range(1000):
-        alive = [pid for pid, state in _descendants(me) if state not in ("Z", "X")]
+        alive = targets()
         if not alive:
             break
         if time.monotonic() >= deadline:
