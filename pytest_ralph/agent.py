@@ -21,7 +21,7 @@ from typing import IO, TYPE_CHECKING
 from .arming import CONTROLLER_ENV
 from .process import read_tail, run_streaming, supervised
 from .redact import Redactor
-from .sandbox import Confinement, Sandbox, wrap
+from .sandbox import Confinement, Sandbox, exit_status, wrap
 
 if TYPE_CHECKING:
     from .presets import OutputReader, Verdict
@@ -311,6 +311,8 @@ def run_agent(
             finished = run_streaming(run_argv, cwd=cwd, timeout=timeout,
                                      on_stdout=sink.stdout, on_stderr=sink.stderr,
                                      input=prompt.encode("utf-8"), env=run_env, watchdog=True)
+            if sandbox is not None and sandbox.confined and not finished.timed_out:
+                finished = replace(finished, returncode=exit_status(finished.returncode))
         except (FileNotFoundError, PermissionError) as exc:
             log.write(f"pytest-ralph: cannot start the agent: {exc}\n".encode())
             return AgentRun(tuple(full), "not-found", None, 0.0, log_path, str(exc))

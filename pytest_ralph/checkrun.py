@@ -35,7 +35,7 @@ from .phasewatch import JUDGES_ENV, write_judges
 from .process import Finished, read_tail, run_in_group, supervised
 from .redact import Redactor, redact_file, redact_json_file
 from .results import CheckResults, CriterionResult, read_results
-from .sandbox import Sandbox, check_confinement, wrap
+from .sandbox import Sandbox, check_confinement, exit_status, wrap
 
 #: Set in the child's environment: the child checks, it never drives a loop.
 CHILD_ENV = "PYTEST_RALPH_CHILD"
@@ -472,6 +472,8 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
             finished = run_in_group(argv, cwd=config.rootdir, output=log,
                                     timeout=config.timeout, env=env, grace=CHILD_GRACE_SECONDS,
                                     watchdog=True)
+            if config.sandbox is not None and config.sandbox.confined:
+                finished = replace(finished, returncode=exit_status(finished.returncode))
         finally:  # what people read: redacted copies, also of an interrupted phase
             for path, copy in ((results_path, redact_json_file), (junit_path, redact_file),
                                (Path(log.name), redact_file)):

@@ -507,8 +507,9 @@ def snapshot(prd: PRD, rootdir: Path, *, inifile: Path | None = None,
             guard_config(folder / name, every)
         for name in ("conftest.py", "setup.py"):  # setup.py: pytest's rootdir marker
             guard_file(folder / name, every, optional=True)
+    # The check phase's pytest (run on the PRD) loads them from the PRD's folder too.
     anchors = tuple(Path(p) for p in (start.watch.get(LOOP_CONFTESTS, ()) if start else
-                                       loop_anchors))
+                                       (*loop_anchors, prd_folder)))
     digests[LOOP_CONFTESTS], listings[LOOP_CONFTESTS] = loop_conftests(rootdir, anchors)
     link(LOOP_CONFTESTS, every)
     watched = dict(start.watch) if start is not None else {}

@@ -279,7 +279,12 @@ def wrap(sandbox: Sandbox, argv: Sequence[str], confinement: Confinement) -> lis
         args += ["--bind-try", path, path]
     for path in _outermost(_ordered(confinement.readonly), writable):
         args += ["--ro-bind-try", path, path]
-    args += ["--setenv", "TMPDIR", "/tmp"]
+    # pytest's own temporary folders (tmp_path) go to a folder of the private /tmp: a pytest
+    # run inside sees none of the real /tmp/pytest-of-<user> locks, and would take a real
+    # folder bound in there (a project kept under a pytest temporary folder) for an old one
+    # of its own to delete.
+    args += ["--setenv", "TMPDIR", "/tmp", "--dir", PYTEST_TEMPROOT,
+             "--setenv", "PYTEST_DEBUG_TEMPROOT", PYTEST_TEMPROOT]
     for name, value in confinement.env:
         args += ["--setenv", name, value]
     args += ["--chdir", str(confinement.chdir), "--", *argv]
@@ -322,6 +327,16 @@ def _outermost(readonly: list[str], writable: list[str]) -> list[str]:
             continue
         out.append(path)
     return out
+
+
+def exit_status(code: int | None) -> int | None:
+    """The exit status of a command bubblewrap ran, as :mod:`subprocess` gives one: bwrap
+    exits ``128 + N`` for a command killed by signal ``N`` (its own PID 1 reports it so), so
+    ``129..159`` becomes ``-N``. (A command that exits 137 by itself reads as killed: a
+    shell reports a signal the same way.)"""
+    if code is not None and 128 < code < 160:
+        return -(code - 128)
+    return code
 
 
 def _ordered(paths: Iterable[Path]) -> list[str]:
@@ -376,6 +391,10 @@ def prepare_state_paths(paths: Iterable[Path]) -> None:
 
 #: Folders a confined command gets a private, empty copy of (``--tmpfs``).
 PRIVATE_FOLDERS = ("/tmp", "/var/tmp")
+
+#: The root of pytest's temporary folders inside a confined command
+#: (``PYTEST_DEBUG_TEMPROOT``), in its private ``/tmp``.
+PYTEST_TEMPROOT = "/tmp/pytest-ralph-temproot"
 
 
 def command_paths(argv: Sequence[str], project: Path) -> tuple[list[Path], list[Path]]:

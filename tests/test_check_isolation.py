@@ -115,9 +115,10 @@ def test_a_python_check_that_ends_its_process_fails_the_gate(pytester: pytest.Py
 def _phase(pytester: pytest.Pytester, prd: Path, python: str = sys.executable) -> CheckResults:
     # The loop passes the configuration file it found (the phase is pinned to it, or to an
     # empty one when there is none): here, the project's pytest.ini when it has one.
-    ini = pytester.path / "pytest.ini"
+    ini = next((pytester.path / n for n in ("pytest.ini", "tox.ini")
+                if (pytester.path / n).exists()), None)
     config = CheckPhaseConfig(prd=prd, rootdir=pytester.path, timeout=120, python=python,
-                              inifile=ini if ini.exists() else None)
+                              inifile=ini)
     return run_check_phase(config, pytester.path / "phase")
 
 

@@ -488,8 +488,10 @@ def test_loop_prints_its_settings(pytester: pytest.Pytester, two_stories: Path) 
     result = pytester.runpytest_subprocess("--ralph-dry-run", "--ralph-agent", "true",
                                            "--ralph-max-iterations", "3")
     assert result.ret == 0, result.stderr.str()
-    assert result.outlines[0] == ("pytest-ralph: settings: agent = true (--ralph-agent); "
-                                  "max_iterations = 3 (--ralph-max-iterations)")
+    # First what confines the agent, then the settings.
+    assert result.outlines[0].startswith("pytest-ralph: agent and check phases ")
+    assert ("pytest-ralph: settings: agent = true (--ralph-agent); max_iterations = 3 "
+            "(--ralph-max-iterations)") in result.outlines[1:3]
     verbose = pytester.runpytest_subprocess("--ralph-dry-run", "--ralph-agent", "true", "-v")
     verbose.stdout.fnmatch_lines(["pytest-ralph: settings: every setting, with where it came "
                                   "from:", "  prd = discovered (default)",

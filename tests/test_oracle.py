@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_ralph.oracle import (
+    LOOP_CONFTESTS,
     Change,
     apply,
     compare,
@@ -88,7 +89,8 @@ def test_each_kind_of_change_is_named(tmp_path: Path) -> None:
         path.write_text(json.dumps(data))
 
     assert changes_after(tmp_path, path, edit) == [
-        "criterion US-1::AC2 changed", "file conftest.py added", "file tests/test_a.py deleted"]
+        "criterion US-1::AC2 changed", "file conftest.py added", "file tests/test_a.py deleted",
+        f"{LOOP_CONFTESTS} changed: added conftest.py"]
 
 
 def test_removed_and_added_criteria(tmp_path: Path) -> None:
@@ -112,15 +114,26 @@ def test_a_test_file_absent_at_the_start_is_the_agents_to_write(tmp_path: Path) 
     (tmp_path / "tests" / "test_new.py").write_text("def test_x():\n    pass\n")
     now = snapshot(load_prd(path), tmp_path, start=start)
     assert compare(start, now) == []
-    # ... and so are the files around it: a conftest.py with fixtures for the new test, say.
-    (tmp_path / "tests" / "conftest.py").write_text("")
+    # ... and so are the files around it: a conftest.py with fixtures for the new test, say,
+    # deeper down (tests/unit/), where neither the check phase nor the loop loads it first.
+    (tmp_path / "tests" / "unit").mkdir()
+    (tmp_path / "tests" / "unit" / "conftest.py").write_text("")
     (tmp_path / "tests" / "__init__.py").write_text("")
     now = snapshot(load_prd(path), tmp_path, start=start)
     assert compare(start, now) == []
-    # But the conftest.py in the PRD's folder is loaded by every check.
+    # A test* folder's conftest.py next to the PRD is loaded by every check phase (pytest
+    # loads the conftest.py of the test* folders of its argument's folder) and by the loop.
+    (tmp_path / "tests" / "conftest.py").write_text("")
+    now = snapshot(load_prd(path), tmp_path, start=start)
+    assert compare(start, now) == [Change(LOOP_CONFTESTS, "changed", ("US-1::AC1",),
+                                          "added tests/conftest.py")]
+    (tmp_path / "tests" / "conftest.py").unlink()
+    # But the conftest.py in the PRD's folder is loaded by every check (and by the loop).
     (tmp_path / "conftest.py").write_text("")
     now = snapshot(load_prd(path), tmp_path, start=start)
-    assert compare(start, now) == [Change("file conftest.py", "added", ("US-1::AC1",))]
+    assert compare(start, now) == [
+        Change("file conftest.py", "added", ("US-1::AC1",)),
+        Change(LOOP_CONFTESTS, "changed", ("US-1::AC1",), "added conftest.py")]
 
 
 def test_a_folder_target_guards_its_files_and_their_names(tmp_path: Path) -> None:
@@ -417,7 +430,12 @@ def test_files_around_a_new_test_touch_only_the_criteria_of_guarded_tests(
     (tmp_path / "tests" / "test_new.py").write_text("def test_new(fixture):\n    pass\n")
     (tmp_path / "tests" / "conftest.py").write_text("import pytest\n")
     now = snapshot(load_prd(path), tmp_path, start=start)
-    assert compare(start, now) == [Change("file tests/conftest.py", "added", ("US-1::AC1",))]
+    # tests/ is a test* folder beside the PRD: its conftest.py is loaded by every check phase,
+    # so it touches every criterion there, besides the guarded test's own.
+    assert compare(start, now) == [
+        Change("file tests/conftest.py", "added", ("US-1::AC1",)),
+        Change(LOOP_CONFTESTS, "changed", ("US-1::AC1", "US-2::AC1", "US-2::AC2"),
+               "added tests/conftest.py")]
 
 
 def test_standard_library_names_in_the_rootdir_are_guarded(tmp_path: Path) -> None:

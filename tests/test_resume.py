@@ -324,7 +324,13 @@ def test_a_run_whose_snapshot_was_edited_is_not_resumed(
     assert code == 4, out
     assert "cannot be resumed: the snapshot of its criteria" in out and "--ralph-new" in out
     assert "Traceback" not in out
+    # Nor is it taken as verified by a new run: a person says so.
     code, out = finish(ralph(pytester, *loop_args(agent, "--ralph-new",
+                                                  "--ralph-max-iterations", "1")))
+    assert code == 4, out
+    assert "the verified snapshot of the last run" in out and "cannot be read" in out
+    assert "--ralph-accept-changes" in out
+    code, out = finish(ralph(pytester, *loop_args(agent, "--ralph-new", "--ralph-accept-changes",
                                                   "--ralph-max-iterations", "1")))
     assert code == 1, out
 

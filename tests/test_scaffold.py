@@ -647,7 +647,10 @@ def test_init_then_the_loop_then_the_gate(tmp_path: Path) -> None:
     assert gate.returncode == 1, gate.stdout + gate.stderr
     assert "prd.json::US-001::AC1" in gate.stdout
 
-    script = tmp_path / "agent-script.json"  # outside the project
+    # Outside the project, in a folder of its own: a sandboxed agent may write its command's
+    # folder (the replay's call log), never one that holds the project.
+    script = tmp_path / "agent" / "agent-script.json"
+    script.parent.mkdir()
     agent = write_replay(script, [{"stdout": "fixing add\n", "files": {"calc.py": FIXED_CALC}}])
     loop = _pytest(project, "--ralph", "--ralph-agent", agent)
     assert loop.returncode == 0, loop.stdout + loop.stderr
