@@ -125,9 +125,9 @@ NO_CHANGE = "(no file changed: the last iteration left the project as it was)"
 SECTION_VARIABLES = ("regressions", "last_change", "blocked")
 
 
-#: Largest prompt template read, in bytes (the bundled one is under 2 KB; the prompt built
-#: from a template is bounded anyway).
-MAX_TEMPLATE_BYTES = 1024 * 1024
+#: Largest prompt template read, in bytes: 16 MiB (the bundled one is under 2 KB; a template
+#: that carries a large specification or a codebase digest is a few megabytes).
+MAX_TEMPLATE_BYTES = 16 * 1024 * 1024
 
 
 def read_template(path: Path) -> str:

@@ -897,8 +897,10 @@ def test_a_new_run_refuses_a_weakened_oracle_the_last_run_left(
         "pytest-ralph: the criteria or the files that judge them changed since the last run "
         "* (limit) started, accepted (--ralph-accept-changes):",
         "  test_feature.py | *"])
-    reports = (pytester.path / ".pytest_ralph" / "reports").glob("ralph-demo-*-2.md")
-    (second,) = reports
+    # The second run's report (by time: the two runs may straddle midnight, and the name
+    # carries the date).
+    first, second = sorted((pytester.path / ".pytest_ralph" / "reports").glob("ralph-demo-*.md"),
+                           key=lambda path: path.stat().st_mtime_ns)
     assert "## Warnings" in second.read_text()
     assert "accepted with --ralph-accept-changes" in second.read_text()
 

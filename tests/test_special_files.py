@@ -130,10 +130,11 @@ def test_a_prompt_template_that_is_a_fifo_or_a_device_is_a_usage_error(tmp_path:
                 f"{KINDS[kind]}, not a regular file") in out
     # Over the template's bound: refused without reading it all.
     template.unlink()
-    template.write_bytes(b"x" * (1024 * 1024 + 1))
+    with template.open("wb") as big:  # sparse: nothing to write
+        big.truncate(16 * 1024 * 1024 + 1)
     code, out = run(tmp_path, "--ralph-dry-run", "--ralph-agent", "true", "-o",
                     f"ralph_prompt={template}")
-    assert code == 4 and "1048577 bytes, over the limit of 1048576 bytes" in out, out
+    assert code == 4 and "16777217 bytes, over the limit of 16777216 bytes" in out, out
 
 
 # -- check targets -----------------------------------------------------------------------------

@@ -838,7 +838,7 @@ CASES: list[Case] = [
              kill_controller()
          """, WEAK=WEAK_TEST),
          on=held(ACCEPT, EROFS),
-         off=documented(0, COMPLETE, limitation=LIMIT_STATE),
+         off=held(ACCEPT, note="the last verified snapshot is also kept in the user's cache"),
          followup=new_run),
     # -- processes that outlive the agent --------------------------------------------------------
     Case("background-swap-tests", "a background process that survives the agent",
