@@ -254,3 +254,20 @@ def test_priming_in_the_background_is_waited_for(tmp_path: Path) -> None:
     assert trusted.ready() == []
     assert all(cache_path(folder, s).is_file() for s in sources)
     assert cache_path(folder, sources[0]).read_bytes()[:4] == importlib.util.MAGIC_NUMBER
+
+
+def test_a_second_priming_waits_for_the_first(tmp_path: Path) -> None:
+    # The loop primes again after each check phase: every source of every priming is
+    # compiled and trusted by the time the next phase is made ready.
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    many = [str(_module(lib, f"m{i}", f"X = {i}\n" * 50)) for i in range(300)]
+    one = [str(_module(lib, "last", "Y = 1\n"))]
+    folder = tmp_path / "bc"
+    folder.mkdir()
+    trusted = TrustedBytecode(folder, tmp_path / "project", verify=True)
+    trusted.prime_in_background(many)
+    trusted.prime_in_background(one)
+    trusted.ready()
+    assert all(cache_path(folder, s).is_file() for s in many + one)
+    assert trusted.ready() == []
