@@ -404,6 +404,26 @@ def test_near_misses_are_left_alone(text: str) -> None:
     assert Redactor({}).text(text) == text
 
 
+@pytest.mark.parametrize(("prefix", "low", "high", "kind"), [
+    ("ghp_", 36, 251, "GitHub token"), ("github_pat_", 36, 244, "GitHub token"),
+    ("sk-ant-", 32, 248, "Anthropic key"), ("sk-", 32, 252, "OpenAI key"),
+    ("AKIA", 16, 16, "AWS access key id"), ("xoxb-", 10, 250, "Slack token"),
+    ("AIza", 35, 35, "Google API key"),
+])
+def test_each_shape_has_exactly_its_length_range(prefix: str, low: int, high: int,
+                                                 kind: str) -> None:
+    # A body of the fewest and of the most characters is a token; one fewer or one more is
+    # not (standing alone, it is some other word).
+    unit = "AB3" if prefix == "AKIA" else "aB3"
+    r = Redactor({})
+    for n in (low, high):
+        token = prefix + (unit * n)[:n]
+        assert r.text(f"x {token} y") == f"x [redacted {kind}] y", n
+    for n in (low - 1, high + 1):
+        text = f"x {prefix}{(unit * n)[:n]} y"
+        assert r.text(text) == text, n
+
+
 @pytest.mark.parametrize(("url", "shown"), [
     ("postgres://ralph:hunter2-long@db.example:5432/app",
      "postgres://ralph:[redacted password]@db.example:5432/app"),
