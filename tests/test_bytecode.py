@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -271,3 +272,16 @@ def test_a_second_priming_waits_for_the_first(tmp_path: Path) -> None:
     trusted.ready()
     assert all(cache_path(folder, s).is_file() for s in many + one)
     assert trusted.ready() == []
+
+
+def test_closing_a_run_folder_that_is_already_gone_is_quiet(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Something else (a /tmp cleaner, the user) removed the run's own folder meanwhile.
+    monkeypatch.setenv("PYTEST_RALPH_PYCACHE", "")
+    project = tmp_path / "project"
+    project.mkdir()
+    trusted = TrustedBytecode.for_run(project, confined=False)
+    assert trusted.verify
+    shutil.rmtree(trusted.folder)
+    trusted.close()
+    assert not trusted.folder.exists()

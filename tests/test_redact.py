@@ -15,6 +15,7 @@ import json
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -481,6 +482,13 @@ def test_a_value_with_a_secret_name_is_redacted_whole_before_its_parts() -> None
         "url [redacted $DB_PASSWORD_URL]")
 
 
+def test_a_value_shared_by_two_variables_is_named_after_the_first_in_sorted_order() -> None:
+    token = "ghp_" + "aB3" * 12
+    env = {"Z_DEPLOY": token, "A_DEPLOY": token, "M_URL": "postgres://u:longpassword1@db/x",
+           "B_URL": "postgres://u:longpassword1@db/x"}
+    assert secret_values(env) == {token: "A_DEPLOY", "longpassword1": "B_URL"}
+
+
 # --- escaped forms, JSON values, restore ---------------------------------------------------
 
 
@@ -494,6 +502,17 @@ def test_a_secret_is_found_as_json_and_xml_escape_it() -> None:
     assert r.text(f"<a>{xml_text}</a>") == f"<a>{label}</a>"
     attr = xml_text.replace('"', "&quot;").replace("\t", "&#09;")
     assert r.text(f'<f message="{attr}"/>') == f'<f message="{label}"/>'
+
+
+def test_a_multi_line_secret_is_found_in_an_xml_attribute() -> None:
+    # A private key in an environment variable, printed in a failure: a JUnit file holds it
+    # in an attribute, its line ends and tabs escaped as character references.
+    value = "-----BEGIN KEY-----\r\nMIIEvQ\tIBADAN\nBgkqhk\n-----END KEY-----"
+    r = Redactor({value: "PRIVATE_KEY"}, shapes=False)
+    xml = ElementTree.tostring(ElementTree.Element("failure", message=f"got {value}!"),
+                               encoding="unicode")
+    assert "&#10;" in xml and "&#13;" in xml and "&#09;" in xml
+    assert r.text(xml) == '<failure message="got [redacted $PRIVATE_KEY]!" />'
 
 
 def test_json_redacts_every_string_and_keeps_keys() -> None:
