@@ -308,6 +308,18 @@ def test_fresh_has_the_same_secrets_and_its_own_state() -> None:
     assert r.flush() == b"abcdef"
 
 
+def test_a_redactor_keeps_the_secrets_it_was_made_with() -> None:
+    # The mapping it was given may change afterwards (the loop builds it from the
+    # environment): the redactor and every fresh one of it redact what it was given.
+    given = {"hunter2hunter2": "DB_PASSWORD"}
+    r = Redactor(given, shapes=False)
+    given.clear()
+    given["other-value-1"] = "OTHER_TOKEN"
+    for each in (r, r.fresh()):
+        assert each.text("pw hunter2hunter2 other-value-1") == (
+            "pw [redacted $DB_PASSWORD] other-value-1")
+
+
 def test_no_secrets_stream_is_identity_without_hold_back() -> None:
     r = Redactor({}, shapes=False)
     for chunk in (b"a", b"", b"\xff\xfe partial utf-8 \xe2\x82", b"x" * 100_000):
