@@ -29,6 +29,7 @@ from pytest_ralph.sandbox import (
     probe,
     wrap,
 )
+from pytest_ralph.settings import resolve
 from tests.conftest import story
 
 if sys.platform != "linux":  # pragma: no cover - bubblewrap is Linux's
@@ -77,6 +78,14 @@ def test_probe_finds_bubblewrap_and_says_so() -> None:
     assert sb.confined and sb.bwrap and os.path.isabs(sb.bwrap)
     assert sb.version.startswith("bubblewrap")
     assert sb.describe().startswith("confined by bubblewrap")
+
+
+@pytest.mark.parametrize("mode", ["auto", "required", "off"])
+def test_each_sandbox_mode_is_a_value_of_the_setting(mode: str, tmp_path: Path) -> None:
+    for cli, ini in (({"sandbox": mode}, {}), ({}, {"ralph_sandbox": mode})):
+        settings = resolve(cli=cli, env={}, ini=ini.get, ini_file="pytest.ini",
+                           invocation_dir=tmp_path, rootdir=tmp_path)
+        assert settings.sandbox == mode
 
 
 def test_probe_off_confines_nothing_and_says_why() -> None:
