@@ -320,6 +320,16 @@ def test_a_redactor_keeps_the_secrets_it_was_made_with() -> None:
             "pw [redacted $DB_PASSWORD] other-value-1")
 
 
+def test_stream_sees_the_byte_before_a_chunk_a_shape_starts() -> None:
+    # Without environment secrets nothing is held back between chunks, but a shape's
+    # "standing alone" still sees the byte the last chunk ended with.
+    token = b"ghp_" + b"aB3" * 12
+    r = Redactor({})
+    assert r.stream(b"word") + r.stream(token + b" end") + r.flush() == b"word" + token + b" end"
+    r = Redactor({})
+    assert r.stream(b"word ") + r.stream(token) + r.flush() == b"word [redacted GitHub token]"
+
+
 def test_no_secrets_stream_is_identity_without_hold_back() -> None:
     r = Redactor({}, shapes=False)
     for chunk in (b"a", b"", b"\xff\xfe partial utf-8 \xe2\x82", b"x" * 100_000):
