@@ -401,6 +401,52 @@ def test_cli_state_paths_follow_the_cli_environment(tmp_path: Path) -> None:
     assert cli_state_paths(None, env) == []
 
 
+# Where each agent CLI keeps its configuration, credentials, sessions and caches (from each
+# CLI's documentation, see CLI_STATE_PATHS): what the sandbox lets its agent write.
+STATE_OF_EACH_PRESET = {
+    "claude": [".claude", ".claude.json", ".claude.json.backup", ".cache/claude",
+               ".local/state/claude", ".local/share/claude"],
+    "codex": [".codex"],
+    "gemini": [".gemini"],
+    "opencode": [".local/share/opencode", ".config/opencode", ".cache/opencode",
+                 ".local/state/opencode"],
+    "aider": [".aider", ".cache/aider"],
+    "amp": [".config/amp", ".local/share/amp", ".cache/amp", ".local/state/amp"],
+    "goose": [".config/goose", ".local/share/goose", ".local/state/goose", ".cache/goose"],
+    "cursor-agent": [".cursor", ".config/cursor", ".local/share/cursor-agent",
+                     ".cache/cursor-agent"],
+}
+
+
+@pytest.mark.parametrize("preset", sorted(STATE_OF_EACH_PRESET))
+def test_cli_state_paths_of_each_preset(preset: str, tmp_path: Path) -> None:
+    assert cli_state_paths(preset, {"HOME": str(tmp_path)}) == [
+        tmp_path / rel for rel in STATE_OF_EACH_PRESET[preset]]
+    # Given explicitly, the home folder wins over $HOME.
+    assert cli_state_paths(preset, {"HOME": "/elsewhere"}, home=tmp_path) == [
+        tmp_path / rel for rel in STATE_OF_EACH_PRESET[preset]]
+
+
+@pytest.mark.parametrize(("preset", "variable", "replaced"), [
+    ("claude", "CLAUDE_CONFIG_DIR", ".claude"), ("codex", "CODEX_HOME", ".codex"),
+    ("gemini", "GEMINI_CLI_HOME", ".gemini")])
+def test_cli_state_paths_follow_the_variable_that_moves_the_state(
+        preset: str, variable: str, replaced: str, tmp_path: Path) -> None:
+    moved = tmp_path / "moved"
+    got = cli_state_paths(preset, {"HOME": str(tmp_path), variable: str(moved)})
+    assert got == [moved if rel == replaced else tmp_path / rel
+                   for rel in STATE_OF_EACH_PRESET[preset]]
+    # A blank value moves nothing.
+    assert cli_state_paths(preset, {"HOME": str(tmp_path), variable: " "}) == [
+        tmp_path / rel for rel in STATE_OF_EACH_PRESET[preset]]
+
+
+def test_a_sandbox_without_a_version_is_described_as_bubblewrap() -> None:
+    assert Sandbox("required", bwrap="/usr/bin/bwrap").describe() == "confined by bubblewrap"
+    assert Sandbox("auto", bwrap="/usr/bin/bwrap", version="bubblewrap 0.8.0").describe() == (
+        "confined by bubblewrap 0.8.0")
+
+
 @pytest.fixture(autouse=True)
 def _no_leftovers() -> Iterator[None]:
     yield
