@@ -12,14 +12,18 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_ralph.sandbox import (
+    HIDDEN_ENV,
+    Confinement,
     Sandbox,
     SandboxError,
     agent_confinement,
@@ -116,6 +120,150 @@ def test_a_bwrap_that_cannot_make_a_sandbox_is_not_taken_for_one(tmp_path: Path)
     assert not sb.confined
     assert "cannot make a sandbox here (exit 1: bwrap: No permissions to creating new " \
         "namespace)" in sb.reason
+
+
+def _fake_bwrap(folder: Path, body: str) -> dict[str, str]:
+    """A ``bwrap`` shell script in ``folder`` (its own path, so probe() tries it afresh);
+    returns the environment whose PATH finds it."""
+    fake = folder / "bwrap"
+    fake.write_text(body)
+    fake.chmod(0o755)
+    return {"PATH": str(folder)}
+
+
+def test_a_bwrap_that_cannot_start_is_not_taken_for_one(tmp_path: Path) -> None:
+    env = _fake_bwrap(tmp_path, "#!/nonexistent/interpreter\n")
+    sb = probe("auto", env=env)
+    assert not sb.confined
+    assert f"bwrap ({tmp_path / 'bwrap'}) cannot run: " in sb.reason
+    with pytest.raises(SandboxError, match="cannot run"):
+        probe("required", env=env)
+
+
+def test_a_bwrap_message_that_is_not_utf8_is_shown_replaced(tmp_path: Path) -> None:
+    env = _fake_bwrap(tmp_path, "#!/bin/sh\nprintf 'bwrap: \\377 refused\\n' >&2\nexit 1\n")
+    sb = probe("auto", env=env)
+    assert "cannot make a sandbox here (exit 1: bwrap: \ufffd refused)" in sb.reason
+
+
+def test_the_version_is_what_bwrap_version_prints(tmp_path: Path) -> None:
+    # (an exit code of --version does not matter: what it printed is the version)
+    env = _fake_bwrap(tmp_path, '#!/bin/sh\n[ "$1" = --version ] && { echo "bubblewrap 9.9"; '
+                      'exit 1; }\nexit 0\n')
+    sb = probe("auto", env=env)
+    assert sb.confined and sb.version == "bubblewrap 9.9"
+    assert sb.describe() == "confined by bubblewrap 9.9"
+
+
+def test_a_bwrap_whose_version_cannot_be_asked_is_bubblewrap(tmp_path: Path) -> None:
+    # It works once (the probe), then is gone when asked its version.
+    env = _fake_bwrap(tmp_path, '#!/bin/sh\nrm -f "$0"\nexit 0\n')
+    sb = probe("auto", env=env)
+    assert sb.confined and sb.version == "bubblewrap"
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Iterator[Path]:
+    """A folder outside /tmp (which is private to a confined command)."""
+    import pwd
+    import tempfile
+    base = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".cache" / "pytest-ralph-test-homes"
+    base.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(dir=base))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _inside(confinement: Confinement, code: str, env: dict[str, str] | None = None) -> Any:
+    """What ``code`` prints as JSON, run by Python under the real bubblewrap."""
+    argv = wrap(probe("required"), [sys.executable, "-c", code], confinement)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
+                          env=env if env is not None else dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_confined_command_sees_no_session_socket_or_variable(outside: Path) -> None:
+    env = {**os.environ, **{name: "/run/user/0/bus" for name in HIDDEN_ENV},
+           "TMPDIR": "/somewhere/else"}
+    seen = _inside(Confinement(chdir=outside, env=(("RALPH_GIVEN", "yes"),)), """
+import json, os
+names = (*HIDDEN, "TMPDIR", "RALPH_GIVEN")
+print(json.dumps({"run": sorted(os.listdir("/run")), "tmp": os.listdir("/tmp"),
+                  "env": {k: v for k, v in os.environ.items() if k in names}}))
+""".replace("HIDDEN", repr(HIDDEN_ENV)), env)
+    resolv = os.path.realpath("/etc/resolv.conf")
+    # Only the folder resolv.conf lives in (systemd-resolved) is bound back into /run.
+    expected_run = [resolv.split("/")[2]] if resolv.startswith("/run/") else []
+    assert seen["run"] == expected_run
+    assert seen["tmp"] == []
+    assert seen["env"] == {"TMPDIR": "/tmp", "RALPH_GIVEN": "yes"}
+
+
+def test_a_private_home_may_be_written_and_keeps_nothing(outside: Path) -> None:
+    home = outside / "home"
+    home.mkdir()
+    (home / "mine.txt").write_text("the user's")
+    seen = _inside(Confinement(chdir=outside, home=home), """
+import json, os
+home = HOME
+open(os.path.join(home, "new.txt"), "w").write("made inside")
+try:
+    open(os.path.join(home, "mine.txt"), "w").write("changed")
+    changed = True
+except OSError:
+    changed = False
+print(json.dumps({"changed": changed, "mine": open(os.path.join(home, "mine.txt")).read(),
+                  "entries": sorted(os.listdir(home))}))
+""".replace("HOME", repr(str(home)), 1))
+    assert seen == {"changed": False, "mine": "the user's", "entries": ["mine.txt", "new.txt"]}
+    assert sorted(p.name for p in home.iterdir()) == ["mine.txt"]
+    assert (home / "mine.txt").read_text() == "the user's"
+
+
+def test_an_xauthority_file_cannot_be_read_inside(monkeypatch: pytest.MonkeyPatch,
+                                                  outside: Path) -> None:
+    # The X11 cookie would let a program type into the user's terminal.
+    (outside / ".Xauthority").write_text("MIT-MAGIC-COOKIE-1 secret")
+    monkeypatch.setenv("HOME", str(outside))
+    got = _inside(Confinement(chdir=outside), """
+import json, os
+try:
+    print(json.dumps(open(os.path.expanduser("~/.Xauthority")).read()))
+except OSError as exc:
+    print(json.dumps(type(exc).__name__))
+""")
+    assert got in ("", "PermissionError")
+
+
+@pytest.mark.parametrize("exists", [True, False])
+def test_resolv_conf_in_run_is_bound_back_only_when_it_is_there(
+        monkeypatch: pytest.MonkeyPatch, exists: bool) -> None:
+    # systemd-resolved: /etc/resolv.conf -> /run/systemd/resolve/stub-resolv.conf; a dangling
+    # link (resolved not running) is not bound (bwrap would fail on a missing source).
+    from pytest_ralph import sandbox
+    target = "/run/systemd/resolve/stub-resolv.conf"
+    real_realpath, real_exists = os.path.realpath, os.path.exists
+    monkeypatch.setattr(sandbox.os.path, "realpath", lambda p: target if p ==
+                        "/etc/resolv.conf" else real_realpath(p))
+    monkeypatch.setattr(sandbox.os.path, "exists", lambda p: exists if p == target else
+                        real_exists(p))
+    args = sandbox.base_args("/usr/bin/bwrap")
+    bound = [args[i + 1] for i, a in enumerate(args) if a == "--ro-bind"]
+    assert ("/run/systemd/resolve" in bound) is exists
+    assert target not in bound
+    assert args.index("--tmpfs", args.index("/var/tmp")) < len(args)
+    if exists:
+        at = args.index("/run/systemd/resolve")
+        assert args[at - 1:at + 2] == ["--ro-bind", "/run/systemd/resolve",
+                                       "/run/systemd/resolve"]
+        assert args.index("/run") < at  # bound after the empty /run
+
+
+def test_wrap_without_a_sandbox_gives_a_copy_of_the_command(tmp_path: Path) -> None:
+    argv = ("python", "-c", "pass")
+    got = wrap(Sandbox("off"), argv, Confinement(chdir=tmp_path))
+    assert got == ["python", "-c", "pass"] and isinstance(got, list)
 
 
 def test_required_without_bwrap_is_a_usage_error_before_any_agent_runs(
