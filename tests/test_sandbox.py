@@ -30,6 +30,7 @@ from pytest_ralph.sandbox import (
     check_confinement,
     cli_state_paths,
     command_paths,
+    prepare_state_paths,
     probe,
     wrap,
 )
@@ -258,6 +259,45 @@ def test_resolv_conf_in_run_is_bound_back_only_when_it_is_there(
         assert args[at - 1:at + 2] == ["--ro-bind", "/run/systemd/resolve",
                                        "/run/systemd/resolve"]
         assert args.index("/run") < at  # bound after the empty /run
+
+
+def test_prepare_state_paths_makes_missing_folders_private_and_leaves_files(
+        tmp_path: Path) -> None:
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where a folder would go")
+    existing = tmp_path / ".codex"
+    existing.mkdir(mode=0o755)
+    prepare_state_paths([tmp_path / ".claude", tmp_path / ".claude.json",
+                         tmp_path / ".cache" / "claude", blocked / "sub", existing,
+                         tmp_path / ".local" / "share" / "amp"])
+    for made in (tmp_path / ".claude", tmp_path / ".cache" / "claude",
+                 tmp_path / ".local" / "share" / "amp"):
+        assert made.is_dir() and oct(made.stat().st_mode & 0o777) == "0o700", made
+    assert not (tmp_path / ".claude.json").exists()  # a file: bound only when it exists
+    assert oct(existing.stat().st_mode & 0o777) == "0o755"  # left as it is
+    assert blocked.is_file()
+
+
+def test_a_home_that_is_the_root_is_not_made_private(tmp_path: Path) -> None:
+    sb = Sandbox("required", bwrap="/usr/bin/bwrap")
+    args = wrap(sb, ["true"], Confinement(chdir=tmp_path, home=Path("/")))
+    assert "--tmpfs" in args and args[args.index("--chdir") + 1] == str(tmp_path)
+    tmpfs = [args[i + 1] for i, a in enumerate(args) if a == "--tmpfs"]
+    assert "/" not in tmpfs
+
+
+def test_a_link_in_the_private_home_stays_a_link(outside: Path) -> None:
+    home = outside / "home"
+    home.mkdir()
+    (outside / "dotfiles").mkdir()
+    (outside / "dotfiles" / "rc").write_text("set -o vi\n")
+    (home / ".rc").symlink_to(outside / "dotfiles" / "rc")
+    seen = _inside(Confinement(chdir=outside, home=home), """
+import json, os
+link = os.path.join(HOME, ".rc")
+print(json.dumps([os.path.islink(link), os.readlink(link), open(link).read()]))
+""".replace("HOME", repr(str(home)), 1))
+    assert seen == [True, str(outside / "dotfiles" / "rc"), "set -o vi\n"]
 
 
 def test_wrap_without_a_sandbox_gives_a_copy_of_the_command(tmp_path: Path) -> None:
