@@ -14,7 +14,7 @@ import pytest
 
 from pytest_ralph.gitdiff import config_digest, tree_snapshot
 from pytest_ralph.importguard import ProjectImports, guarded
-from pytest_ralph.judges import ENVIRONMENT, SHADOWS, take, watch
+from pytest_ralph.judges import ENVIRONMENT, SHADOWS, installed_names, site_folders, take, watch
 from pytest_ralph.oracle import (
     Change,
     compare,
@@ -41,6 +41,37 @@ def _imports(root: Path, site: Path) -> list[dict[str, object]]:
              "modules": {"calc": str(root / "calc.py"), "yaml": str(site / "yaml" /
                                                                     "__init__.py")},
              "sources": [str(site / "yaml" / "__init__.py")]}]
+
+
+def test_installed_names_are_the_top_level_modules_and_packages_of_a_site(
+        tmp_path: Path) -> None:
+    site_dir = tmp_path / "site-packages"
+    site_dir.mkdir()
+    for name in ("plain.py", "compiled.pyc", "windowed.pyw", "fast.cpython-311-x86_64-linux-gnu.so",
+                 "win.cp311-win_amd64.pyd", "README.txt", "not-a-name.py", "typing_extensions.py",
+                 "easy-install.pth"):
+        (site_dir / name).write_text("")
+    (site_dir / "pkg").mkdir()
+    (site_dir / "pkg" / "__init__.py").write_text("")
+    (site_dir / "nspkg").mkdir()  # no __init__.py: its own distribution names it
+    (site_dir / "pkg-1.0.dist-info").mkdir()
+    got = installed_names([str(site_dir), str(tmp_path / "missing")])
+    assert got == {"plain", "compiled", "windowed", "fast", "win", "typing_extensions", "pkg"}
+
+
+def test_site_folders_are_this_environments_site_packages(monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    import site
+    import sysconfig
+    found = site_folders()
+    assert os.path.realpath(sysconfig.get_paths()["purelib"]) in found
+    assert len(found) == len(set(found)) and all(os.path.isabs(f) for f in found)
+    user = tmp_path / "user-site"
+    user.mkdir()
+    monkeypatch.setattr(site, "USER_SITE", str(user))
+    assert str(user) not in site_folders()  # not on sys.path
+    monkeypatch.syspath_prepend(str(user))
+    assert str(user.resolve()) in site_folders()
 
 
 def test_a_module_planted_before_the_one_imported_is_a_change(tmp_path: Path) -> None:
