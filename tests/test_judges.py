@@ -55,7 +55,7 @@ def test_installed_names_are_the_top_level_modules_and_packages_of_a_site(
     (site_dir / "pkg" / "__init__.py").write_text("")
     (site_dir / "nspkg").mkdir()  # no __init__.py: its own distribution names it
     (site_dir / "pkg-1.0.dist-info").mkdir()
-    got = installed_names([str(site_dir), str(tmp_path / "missing")])
+    got = installed_names([str(tmp_path / "missing"), str(site_dir)])
     assert got == {"plain", "compiled", "windowed", "fast", "win", "typing_extensions", "pkg"}
 
 
@@ -72,6 +72,37 @@ def test_site_folders_are_this_environments_site_packages(monkeypatch: pytest.Mo
     assert str(user) not in site_folders()  # not on sys.path
     monkeypatch.syspath_prepend(str(user))
     assert str(user.resolve()) in site_folders()
+
+
+def test_site_folders_take_purelib_platlib_and_the_site_modules_list(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A distribution's Python whose platlib (lib64) is not its purelib, and whose site module
+    # lists one more folder; empty or missing paths are left out, duplicates said once.
+    import site
+    import sysconfig
+    pure, plat, extra = (tmp_path / n for n in ("lib", "lib64", "dist-packages"))
+    for folder in (pure, plat, extra):
+        folder.mkdir()
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"purelib": str(pure),
+                                                         "platlib": str(plat)})
+    monkeypatch.setattr(site, "getsitepackages",
+                        lambda: [str(extra), "", str(tmp_path / "missing"), str(pure)])
+    monkeypatch.setattr(site, "USER_SITE", None)
+    monkeypatch.chdir(tmp_path)
+    assert site_folders() == [str(pure), str(plat), str(extra)]
+
+
+def test_a_package_folder_shadows_only_with_an_init_module(tmp_path: Path) -> None:
+    for folder, init in (("yaml", "__init__.py"), ("attrs", "__init__.pyc"),
+                         ("rpds", "__init__.cpython-311-x86_64-linux-gnu.so"),
+                         ("win", "__init__.pyd"), ("notes", "__init__.txt")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / init).write_text("x")
+    _digest, listing = take(f"folder ./{SHADOWS}", ["yaml", "attrs", "rpds", "win", "notes"],
+                            tmp_path)
+    assert [item.split("\t")[0] for item in listing] == [
+        "attrs/__init__.pyc", "rpds/__init__.cpython-311-x86_64-linux-gnu.so",
+        "win/__init__.pyd", "yaml/__init__.py"]
 
 
 def test_a_module_planted_before_the_one_imported_is_a_change(tmp_path: Path) -> None:
