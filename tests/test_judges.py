@@ -92,6 +92,49 @@ def test_site_folders_take_purelib_platlib_and_the_site_modules_list(
     assert site_folders() == [str(pure), str(plat), str(extra)]
 
 
+def test_watch_guards_the_project_folders_before_each_module_and_the_environment(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from pytest_ralph import judges
+    monkeypatch.setattr(judges, "site_folders", list)  # only the site the imports name
+    root, site_dir = tmp_path / "project", tmp_path / "site"
+    for folder in (root / "tests", root / "src", site_dir / "attrs", site_dir / "ns"):
+        folder.mkdir(parents=True)
+    for path in (site_dir / "yaml.py", site_dir / "attrs" / "__init__.py", root / "calc.py"):
+        path.write_text("")
+    sep = os.sep
+    imports: list[dict[str, object]] = [
+        {"path": [str(root / "tests"), str(root), 42, str(site_dir)],
+         "modules": {"yaml": str(site_dir / "yaml.py"), "calc": str(root / "calc.py"),
+                     "attrs": str(site_dir / "attrs" / "__init__.py"),
+                     "ns": str(site_dir / "ns") + sep, "frozen": None, 7: "x"},
+         "sources": [str(site_dir / "yaml.py"), str(root / "calc.py"), "relative.py", 3]},
+    ]
+    got = watch(imports, root, extra_folders=[root / "src", tmp_path / "outside"])
+    assert got == {
+        f"folder ./{SHADOWS}": ("attrs", "ns", "yaml"),
+        f"folder src/{SHADOWS}": ("attrs", "yaml"),
+        f"folder tests/{SHADOWS}": ("attrs", "calc", "ns", "yaml"),
+        ENVIRONMENT: (str(site_dir) + sep, str(site_dir / "yaml.py")),
+    }
+
+
+def test_watch_leaves_to_the_agent_a_name_the_checks_import_from_the_project(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # An installed copy of the project's own package: imported from the project, so the
+    # agent may edit it there; the installed names still guard the folders before it.
+    from pytest_ralph import judges
+    monkeypatch.setattr(judges, "site_folders", list)
+    root, site_dir = tmp_path / "project", tmp_path / "site"
+    (root / "app").mkdir(parents=True)
+    (root / "app" / "__init__.py").write_text("")
+    site_dir.mkdir()
+    for name in ("app.py", "yaml.py"):
+        (site_dir / name).write_text("")
+    got = watch([{"path": [str(root), str(site_dir)],
+                  "modules": {"app": str(root / "app" / "__init__.py")}}], root)
+    assert got[f"folder ./{SHADOWS}"] == ("yaml",)
+
+
 def test_a_package_folder_shadows_only_with_an_init_module(tmp_path: Path) -> None:
     for folder, init in (("yaml", "__init__.py"), ("attrs", "__init__.pyc"),
                          ("rpds", "__init__.cpython-311-x86_64-linux-gnu.so"),
