@@ -10,7 +10,6 @@ from pathlib import Path
 from pytest_ralph.oracle import ABSENT, Change, Snapshot
 from pytest_ralph.verified import (
     COPIES,
-    MAX_COPY_BYTES,
     MAX_LINES,
     changes_stat,
     keep_copies,
@@ -44,9 +43,9 @@ def test_keep_copies_keeps_each_guarded_text_file_by_its_digest(tmp_path: Path) 
     binary = root / "data.bin"
     binary.write_bytes(b"\xff\xfe\x00")
     big = root / "big.py"
-    big.write_bytes(b"x" * (MAX_COPY_BYTES + 1))
+    big.write_bytes(b"x" * (1024 * 1024 + 1))  # docs/loop.md: "a file of up to 1 MB"
     edge = root / "edge.py"
-    edge.write_bytes(b"y" * MAX_COPY_BYTES)
+    edge.write_bytes(b"y" * 1024 * 1024)
     snap = _snap(**{a_subject: a_digest, c_subject: c_digest,
                     f"file {outside}": o_digest,
                     "file data.bin": _digest(binary.read_bytes()),
