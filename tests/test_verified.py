@@ -72,7 +72,8 @@ def test_keep_copies_keeps_an_existing_copy_and_drops_the_ones_not_named(
     copies.mkdir(parents=True)
     (copies / digest).write_text("the copy an earlier run kept\n")
     (copies / ("f" * 64)).write_text("of an older snapshot\n")
-    keep_copies(_snap(**{subject: digest}), root, state)
+    (copies / ("c" * 64)).write_text("named by a criterion's digest, not a file's\n")
+    keep_copies(_snap(**{subject: digest, "criterion US-1::AC1": "c" * 64}), root, state)
     assert sorted(p.name for p in copies.iterdir()) == [digest]
     assert (copies / digest).read_text() == "the copy an earlier run kept\n"
 
