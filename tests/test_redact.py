@@ -504,6 +504,12 @@ def test_a_value_with_a_secret_name_is_redacted_whole_before_its_parts() -> None
         "url [redacted $DB_PASSWORD_URL]")
 
 
+def test_a_url_password_known_from_the_environment_is_named_in_another_url() -> None:
+    r = Redactor.from_env({"DATABASE_URL": "postgres://app:longpassword1@db/x"})
+    assert r.text("mysql://admin:longpassword1@other:3306/y") == (
+        "mysql://admin:[redacted $DATABASE_URL]@other:3306/y")
+
+
 def test_a_value_shared_by_two_variables_is_named_after_the_first_in_sorted_order() -> None:
     token = "ghp_" + "aB3" * 12
     env = {"Z_DEPLOY": token, "A_DEPLOY": token, "M_URL": "postgres://u:longpassword1@db/x",
