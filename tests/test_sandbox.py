@@ -300,6 +300,23 @@ print(json.dumps([os.path.islink(link), os.readlink(link), open(link).read()]))
     assert seen == [True, str(outside / "dotfiles" / "rc"), "set -o vi\n"]
 
 
+@pytest.mark.parametrize("home", ["folder", "relative", "missing", ""])
+def test_the_home_folder_made_private_is_home_when_it_is_an_absolute_folder(
+        home: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "folder").mkdir()
+    value = {"folder": str(tmp_path / "folder"), "relative": "folder",
+             "missing": str(tmp_path / "missing"), "": ""}[home]
+    monkeypatch.setenv("HOME", value)
+    monkeypatch.chdir(tmp_path)
+    sb = Sandbox("required", bwrap="/usr/bin/bwrap")
+    project = tmp_path / "project"
+    project.mkdir()
+    for confinement in (agent_confinement(sb, project=project, state_dir=project / ".s"),
+                        check_confinement(sb, project=project, state_dir=project / ".s",
+                                          results=tmp_path / "r", judges=(), pycache=None)):
+        assert confinement.home == (Path(value) if home == "folder" else None)
+
+
 def test_wrap_without_a_sandbox_gives_a_copy_of_the_command(tmp_path: Path) -> None:
     argv = ("python", "-c", "pass")
     got = wrap(Sandbox("off"), argv, Confinement(chdir=tmp_path))
@@ -578,6 +595,25 @@ def test_the_agent_commands_own_files_under_tmp_stay_reachable(tmp_path: Path) -
         assert ro == [(tmp_path / "agent.py").resolve()]
     finally:
         shutil.rmtree(own)
+
+
+def test_command_files_in_or_around_a_python_environment_under_tmp_stay_read_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A virtualenv made in /tmp: a command file inside it, or beside it in the folder that
+    # holds it, is bound read-only (the agent must not plant .pth files or plugins there).
+    from pytest_ralph import sandbox
+    base = Path(os.path.realpath(tmp_path))
+    assert str(base).startswith("/tmp/")
+    venv = base / "holder" / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "tool").write_text("")
+    (base / "holder" / "run.py").write_text("")
+    (base / "project").mkdir()
+    monkeypatch.setattr(sandbox, "_environment_folders", lambda: [str(venv)])
+    rw, ro = command_paths([str(venv / "bin" / "tool"), str(base / "holder" / "run.py"),
+                            "/usr/bin/env", "python"], base / "project")
+    assert rw == []
+    assert ro == [venv / "bin" / "tool", base / "holder" / "run.py"]
 
 
 def test_cli_state_paths_follow_the_cli_environment(tmp_path: Path) -> None:
