@@ -616,6 +616,27 @@ def test_command_files_in_or_around_a_python_environment_under_tmp_stay_read_onl
     assert ro == [venv / "bin" / "tool", base / "holder" / "run.py"]
 
 
+def test_a_python_environment_under_tmp_is_bound_back_read_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The private /tmp would hide a virtualenv made there: it is bound back, read-only; not
+    # a folder that holds the project, nor the project's own, nor one outside /tmp.
+    from pytest_ralph import sandbox
+    base = Path(os.path.realpath(tmp_path))
+    venv, project = base / "venv", base / "project"
+    for folder in (venv, project / "sub"):
+        folder.mkdir(parents=True)
+    monkeypatch.setattr(sandbox, "_environment_folders",
+                        lambda: [str(venv), str(base), str(project), str(project / "sub"),
+                                 "/usr/lib"])
+    sb = Sandbox("required", bwrap="/usr/bin/bwrap")
+    ro = agent_confinement(sb, project=project, state_dir=project / ".s").readonly
+    assert venv in ro
+    for never in (base, project, project / "sub", Path("/usr/lib")):
+        assert never not in ro, never
+    # This interpreter's own environment is not inside the project: nothing of it is there.
+    assert Path(os.path.realpath(sys.prefix)) not in ro
+
+
 def test_cli_state_paths_follow_the_cli_environment(tmp_path: Path) -> None:
     env = {"HOME": str(tmp_path), "CLAUDE_CONFIG_DIR": str(tmp_path / "cc"),
            "CODEX_HOME": str(tmp_path / "cx")}
