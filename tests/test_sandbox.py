@@ -637,6 +637,41 @@ def test_a_python_environment_under_tmp_is_bound_back_read_only(
     assert Path(os.path.realpath(sys.prefix)) not in ro
 
 
+def test_a_read_only_folder_stands_for_its_files(
+        outside: Path) -> None:
+    project = outside / "project"
+    tests = project / "tests"
+    fixtures = tests / "fixtures"
+    fixtures.mkdir(parents=True)
+    names = [f"test_{i}.py" for i in range(50)]
+    for name in names:
+        (tests / name).write_text("def test(): pass\n")
+    golden = fixtures / "golden.txt"
+    golden.write_text("expected\n")
+    sb = probe("required")
+    sb = Sandbox(sb.mode, sb.source, sb.bwrap, sb.version, writable=(fixtures,))
+    confinement = check_confinement(
+        sb, project=project, state_dir=project / ".s", results=outside / "results",
+        judges=[tests, *(tests / n for n in names), golden], pycache=None)
+    argv = wrap(sb, ["true"], confinement)
+    bound_ro = [argv[i + 1] for i, a in enumerate(argv) if a == "--ro-bind-try"]
+    assert str(tests) in bound_ro
+    assert not any(str(tests / n) in bound_ro for n in names)  # tests/ stands for them
+    seen = _inside(confinement, """
+import json, os
+def can_write(path):
+    try:
+        with open(path, "a"):
+            return True
+    except OSError:
+        return False
+print(json.dumps([can_write(p) for p in PATHS]))
+""".replace("PATHS", repr([str(project / "new.txt"), str(tests / names[0]),
+                            str(fixtures / "out.txt"), str(golden)])))
+    # The judges win: a writable folder inside a read-only one is read-only too.
+    assert seen == [True, False, False, False]
+
+
 def test_cli_state_paths_follow_the_cli_environment(tmp_path: Path) -> None:
     env = {"HOME": str(tmp_path), "CLAUDE_CONFIG_DIR": str(tmp_path / "cc"),
            "CODEX_HOME": str(tmp_path / "cx")}
