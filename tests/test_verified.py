@@ -90,7 +90,7 @@ def test_changes_stat_counts_the_lines_of_each_file_like_git_diff_stat(tmp_path:
         return text.replace("s3cret-value", "[redacted]")
 
     keep_copies(before, root, state, redact=redact)
-    (root / "tests/test_calc.py").write_text("line 1\nline two\nkey = s3cret-value\n")
+    (root / "tests/test_calc.py").write_text("line 1\nline two\nline 2b\nkey = s3cret-value\n")
     (root / "tests/test_old.py").unlink()
     (root / "tests/conftest.py").write_text("import pytest\n\n\nx = 1")
     changes = [Change(subject, "changed", ("US-1::AC1",)),
@@ -100,7 +100,7 @@ def test_changes_stat_counts_the_lines_of_each_file_like_git_diff_stat(tmp_path:
                Change("folder tests/ (files)", "changed", ("US-1::AC1",),
                       detail="added tests/test_b.py")]
     assert changes_stat(changes, before, root, state, redact=redact) == [
-        "tests/test_calc.py | 3 +1 -2",
+        "tests/test_calc.py | 4 +2 -2",
         "tests/test_old.py | deleted (3 lines)",
         "tests/conftest.py | added (4 lines)",
         "criterion US-1::AC3 | changed",
