@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -31,6 +34,30 @@ def test_cache_path_is_where_python_looks(tmp_path: Path) -> None:
                               env={**os.environ, "PYTHONPYCACHEPREFIX": str(prefix)},
                               check=True).stdout.strip()
     assert str(cache_path(prefix, str(source))) == expected
+
+
+@pytest.mark.parametrize("source", ["/a/b/mod.py", "/:a/mod.py", "pkg/mod.py", "mod.py",
+                                    "pkg/script", "pkg/.hidden.py", "pkg/two.dots.py"])
+def test_cache_path_is_where_python_looks_for_any_source(
+        source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative path (taken from the current folder, as importlib does), a folder whose
+    name starts with ":" (no drive letter on POSIX), names without or with more dots."""
+    prefix = tmp_path / "prefix"
+    monkeypatch.chdir(tmp_path)
+    code = f"import importlib.util; print(importlib.util.cache_from_source({source!r}))"
+    expected = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPYCACHEPREFIX": str(prefix)},
+                              cwd=tmp_path, check=True).stdout.strip()
+    assert str(cache_path(prefix, source)) == expected
+
+
+def test_cache_path_of_a_module_at_the_file_system_root_is_in_the_prefix(
+        tmp_path: Path) -> None:
+    # (importlib itself splits "/mod.py" into "" and "mod.py", and so puts it under the
+    # current folder's path in the prefix; either way it stays inside the prefix.)
+    got = cache_path(tmp_path, "/mod.py")
+    assert got.parent == tmp_path
+    assert got.name == f"mod.{sys.implementation.cache_tag}.pyc"
 
 
 def test_a_run_folder_compiles_outside_sources_and_never_the_projects(tmp_path: Path) -> None:
@@ -100,9 +127,10 @@ def test_for_run_picks_the_shared_folder_only_when_confined(
     project.mkdir()
     confined = TrustedBytecode.for_run(project, confined=True)
     assert confined.folder == shared.resolve() and not confined.verify
+    assert confined.shared == shared.resolve()
     own = TrustedBytecode.for_run(project, confined=False)
     try:
-        assert own.verify and own.folder != shared.resolve()
+        assert own.verify and own.folder != shared.resolve() and own.shared is None
         assert own.folder.name.startswith("pytest-ralph-bytecode-")
     finally:
         own.close()
@@ -114,6 +142,70 @@ def test_for_run_picks_the_shared_folder_only_when_confined(
         assert inside.verify
     finally:
         inside.close()
+
+
+def test_for_run_never_shares_the_project_reached_through_a_link(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(project, target_is_directory=True)
+    # The shared folder is the project itself, named by its real path; the loop names the
+    # project by the link.
+    monkeypatch.setenv("PYTEST_RALPH_PYCACHE", str(project))
+    trusted = TrustedBytecode.for_run(link, confined=True)
+    try:
+        assert trusted.verify and trusted.shared is None
+        assert trusted.folder != project.resolve()
+    finally:
+        trusted.close()
+
+
+def test_only_absolute_py_sources_are_compiled(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    script = lib / "tool"  # Python, but not a module's source
+    script.write_text("VALUE = 1\n")
+    _module(lib, "rel", "VALUE = 2\n")
+    monkeypatch.chdir(lib)
+    folder = tmp_path / "bc"
+    folder.mkdir()
+    trusted = TrustedBytecode(folder, tmp_path / "project", verify=True)
+    assert trusted.prime([str(script), "rel.py"]) == 0
+    assert list(folder.rglob("*")) == []
+
+
+def test_sources_loaded_here_are_the_py_files_of_imported_modules(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ext = types.ModuleType("fake_ext")
+    ext.__file__ = "/opt/lib/fake_ext.cpython-311-x86_64-linux-gnu.so"
+    monkeypatch.setitem(sys.modules, "fake_ext", ext)
+    monkeypatch.setitem(sys.modules, "fake_builtin", types.ModuleType("fake_builtin"))
+    got = TrustedBytecode(Path("/nowhere"), Path("/project")).sources_loaded_here()
+    assert os.__file__ in got and json.__file__ in got
+    assert all(isinstance(p, str) and p.endswith(".py") for p in got), got
+    assert ext.__file__ not in got
+
+
+def test_sources_loaded_here_copes_with_a_module_that_imports_when_asked_its_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A lazily loaded module runs when an attribute (its __file__) is first read, and may
+    # import more modules then: sys.modules grows while it is being read.
+    _module(tmp_path, "lazy_first", "import lazy_second\n")
+    _module(tmp_path, "lazy_second", "VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = importlib.util.find_spec("lazy_first")
+    assert spec is not None and spec.loader is not None
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "lazy_first", module)
+    spec.loader.exec_module(module)
+    try:
+        got = TrustedBytecode(Path("/nowhere"), Path("/project")).sources_loaded_here()
+        assert str(tmp_path / "lazy_first.py") in got
+    finally:
+        sys.modules.pop("lazy_second", None)
 
 
 def test_shared_folder_defaults_and_refusals(tmp_path: Path,
@@ -128,6 +220,30 @@ def test_shared_folder_defaults_and_refusals(tmp_path: Path,
     assert shared_folder() is None
 
 
+def test_shared_folder_without_xdg_cache_home_is_in_the_home_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTEST_RALPH_PYCACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert shared_folder() == (tmp_path / "home" / ".cache" / "pytest-ralph" / "bytecode"
+                               ).resolve()
+
+
+def test_a_shared_folder_of_another_user_or_not_writable_is_not_used(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "theirs"
+    folder.mkdir(mode=0o700)
+    if os.getuid() == 0:  # root may write anywhere: the folder belongs to someone else
+        os.chown(folder, 65534, 65534)
+    else:  # the folder is ours, but we may not write it
+        folder.chmod(0o500)
+    monkeypatch.setenv("PYTEST_RALPH_PYCACHE", str(folder))
+    try:
+        assert shared_folder() is None
+    finally:
+        folder.chmod(0o700)
+
+
 def test_priming_in_the_background_is_waited_for(tmp_path: Path) -> None:
     lib = tmp_path / "lib"
     lib.mkdir()
@@ -139,3 +255,33 @@ def test_priming_in_the_background_is_waited_for(tmp_path: Path) -> None:
     assert trusted.ready() == []
     assert all(cache_path(folder, s).is_file() for s in sources)
     assert cache_path(folder, sources[0]).read_bytes()[:4] == importlib.util.MAGIC_NUMBER
+
+
+def test_a_second_priming_waits_for_the_first(tmp_path: Path) -> None:
+    # The loop primes again after each check phase: every source of every priming is
+    # compiled and trusted by the time the next phase is made ready.
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    many = [str(_module(lib, f"m{i}", f"X = {i}\n" * 50)) for i in range(300)]
+    one = [str(_module(lib, "last", "Y = 1\n"))]
+    folder = tmp_path / "bc"
+    folder.mkdir()
+    trusted = TrustedBytecode(folder, tmp_path / "project", verify=True)
+    trusted.prime_in_background(many)
+    trusted.prime_in_background(one)
+    trusted.ready()
+    assert all(cache_path(folder, s).is_file() for s in many + one)
+    assert trusted.ready() == []
+
+
+def test_closing_a_run_folder_that_is_already_gone_is_quiet(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Something else (a /tmp cleaner, the user) removed the run's own folder meanwhile.
+    monkeypatch.setenv("PYTEST_RALPH_PYCACHE", "")
+    project = tmp_path / "project"
+    project.mkdir()
+    trusted = TrustedBytecode.for_run(project, confined=False)
+    assert trusted.verify
+    shutil.rmtree(trusted.folder)
+    trusted.close()
+    assert not trusted.folder.exists()

@@ -577,3 +577,38 @@ def test_escalate_log_is_the_whole_output_with_secrets_redacted(tmp_path: Path) 
     want = [f"line {i} [redacted GitHub token] [redacted $MY_TOKEN]" for i in range(3000)]
     assert log.read_text().splitlines() == [*want, "err [redacted $MY_TOKEN]"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.log", "print.py"]
+
+
+@posix_only
+def test_escalate_log_without_a_redactor_is_kept_as_printed(tmp_path: Path) -> None:
+    # redact=None is documented as "kept as printed": not even the well-known shapes are
+    # replaced (the loop always passes its own redactor: test_agent_outcomes.py).
+    token = "ghp_" + "Zq8" * 12
+    log = tmp_path / "escalate.log"
+    res = run_escalate(f"echo {token}", "{}", cwd=tmp_path, log_path=log, timeout=60)
+    assert res.ok, res.summary
+    assert log.read_text() == f"{token}\n"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/$$/fd")
+def test_escalate_command_that_swaps_its_private_folder_for_a_link_does_not_make_it_raise(
+        tmp_path: Path) -> None:
+    # The command finds the private folder of its raw log through its own stdout and puts a
+    # symbolic link to another folder in its place: the escalation still returns a result
+    # (it never raises for a command), and nothing is removed through the link.
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "file.txt").write_text("mine")
+    where = tmp_path / "where"
+    log = tmp_path / "escalate.log"
+    command = (f'd="$(dirname "$(readlink /proc/$$/fd/1)")"; echo "$d" > {where}; '
+               f'rm -rf "$d"; ln -s {keep} "$d"; echo gone')
+    try:
+        res = run_escalate(command, "{}", cwd=tmp_path, log_path=log, timeout=60)
+        assert res.ok and "ran" in res.summary, res.summary
+        assert log.is_file()
+        assert (keep / "file.txt").read_text() == "mine"
+    finally:
+        link = Path(where.read_text().strip())
+        if link.is_symlink():
+            link.unlink()

@@ -4,6 +4,7 @@ configuration (pytest_ralph.gitdiff.config_digest): issue 20, unit level."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 
 from pytest_ralph.gitdiff import config_digest, tree_snapshot
 from pytest_ralph.importguard import ProjectImports, guarded
-from pytest_ralph.judges import ENVIRONMENT, SHADOWS, take, watch
+from pytest_ralph.judges import ENVIRONMENT, SHADOWS, installed_names, site_folders, take, watch
 from pytest_ralph.oracle import (
     Change,
     compare,
@@ -41,6 +42,118 @@ def _imports(root: Path, site: Path) -> list[dict[str, object]]:
              "modules": {"calc": str(root / "calc.py"), "yaml": str(site / "yaml" /
                                                                     "__init__.py")},
              "sources": [str(site / "yaml" / "__init__.py")]}]
+
+
+def test_installed_names_are_the_top_level_modules_and_packages_of_a_site(
+        tmp_path: Path) -> None:
+    site_dir = tmp_path / "site-packages"
+    site_dir.mkdir()
+    for name in ("plain.py", "compiled.pyc", "windowed.pyw", "fast.cpython-311-x86_64-linux-gnu.so",
+                 "win.cp311-win_amd64.pyd", "README.txt", "not-a-name.py", "typing_extensions.py",
+                 "easy-install.pth"):
+        (site_dir / name).write_text("")
+    (site_dir / "pkg").mkdir()
+    (site_dir / "pkg" / "__init__.py").write_text("")
+    (site_dir / "nspkg").mkdir()  # no __init__.py: its own distribution names it
+    (site_dir / "pkg-1.0.dist-info").mkdir()
+    got = installed_names([str(tmp_path / "missing"), str(site_dir)])
+    assert got == {"plain", "compiled", "windowed", "fast", "win", "typing_extensions", "pkg"}
+
+
+def test_site_folders_are_this_environments_site_packages(monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    import site
+    import sysconfig
+    found = site_folders()
+    assert os.path.realpath(sysconfig.get_paths()["purelib"]) in found
+    assert len(found) == len(set(found)) and all(os.path.isabs(f) for f in found)
+    user = tmp_path / "user-site"
+    user.mkdir()
+    monkeypatch.setattr(site, "USER_SITE", str(user))
+    assert str(user) not in site_folders()  # not on sys.path
+    monkeypatch.syspath_prepend(str(user))
+    assert str(user.resolve()) in site_folders()
+
+
+def test_site_folders_take_purelib_platlib_and_the_site_modules_list(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A distribution's Python whose platlib (lib64) is not its purelib, and whose site module
+    # lists one more folder; empty or missing paths are left out, duplicates said once.
+    import site
+    import sysconfig
+    pure, plat, extra = (tmp_path / n for n in ("lib", "lib64", "dist-packages"))
+    for folder in (pure, plat, extra):
+        folder.mkdir()
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"purelib": str(pure),
+                                                         "platlib": str(plat)})
+    monkeypatch.setattr(site, "getsitepackages",
+                        lambda: [str(extra), "", str(tmp_path / "missing"), str(pure)])
+    monkeypatch.setattr(site, "USER_SITE", None)
+    monkeypatch.chdir(tmp_path)
+    assert site_folders() == [str(pure), str(plat), str(extra)]
+
+
+def test_watch_guards_the_project_folders_before_each_module_and_the_environment(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from pytest_ralph import judges
+    monkeypatch.setattr(judges, "site_folders", list)  # only the site the imports name
+    root, site_dir = tmp_path / "project", tmp_path / "site"
+    for folder in (root / "tests", root / "src" / "pkg", site_dir / "attrs", site_dir / "ns"):
+        folder.mkdir(parents=True)
+    (tmp_path / "eggs.zip").write_text("")
+    for path in (site_dir / "yaml.py", site_dir / "attrs" / "__init__.py", root / "calc.py"):
+        path.write_text("")
+    sep = os.sep
+    imports: list[dict[str, object]] = [
+        {"path": [str(root / "tests"), str(root), 42, str(site_dir), str(tmp_path / "eggs.zip"),
+                  str(tmp_path / "missing"), str(root / "src")],
+         "modules": {"yaml": str(site_dir / "yaml.py"), "calc": str(root / "calc.py"),
+                     "attrs": str(site_dir / "attrs" / "__init__.py"),
+                     "ns": str(site_dir / "ns") + sep, "frozen": None, 7: "x"},
+         "sources": [str(site_dir / "yaml.py"), str(root / "calc.py"), "relative.py", 3]},
+    ]
+    got = watch(imports, root, extra_folders=[root / "src" / "pkg", tmp_path / "outside"])
+    # (src comes after the folder each module was found in: it shadows none of them, only the
+    # installed names; an entry that is no folder is no site)
+    assert got == {
+        f"folder ./{SHADOWS}": ("attrs", "ns", "yaml"),
+        f"folder src/{SHADOWS}": ("attrs", "yaml"),
+        f"folder src/pkg/{SHADOWS}": ("attrs", "yaml"),
+        f"folder tests/{SHADOWS}": ("attrs", "calc", "ns", "yaml"),
+        ENVIRONMENT: (str(site_dir) + sep, str(site_dir / "yaml.py")),
+    }
+
+
+def test_watch_leaves_to_the_agent_a_name_the_checks_import_from_the_project(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # An installed copy of the project's own package: imported from the project, so the
+    # agent may edit it there; the installed names still guard the folders before it.
+    from pytest_ralph import judges
+    monkeypatch.setattr(judges, "site_folders", list)
+    root, site_dir = tmp_path / "project", tmp_path / "site"
+    (root / "app").mkdir(parents=True)
+    (root / "app" / "__init__.py").write_text("")
+    site_dir.mkdir()
+    for name in ("app.py", "yaml.py"):
+        (site_dir / name).write_text("")
+    got = watch([{"path": [str(root), str(site_dir)],
+                  "modules": {"app": str(root / "app" / "__init__.py")}}], root)
+    assert got[f"folder ./{SHADOWS}"] == ("yaml",)
+
+
+def test_a_package_folder_shadows_only_with_an_init_module(tmp_path: Path) -> None:
+    for folder, init in (("yaml", "__init__.py"), ("attrs", "__init__.pyc"),
+                         ("rpds", "__init__.cpython-311-x86_64-linux-gnu.so"),
+                         ("win", "__init__.pyd"), ("notes", "__init__.txt"),
+                         ("other", "__init__.py")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / init).write_text("x")
+    (tmp_path / "yaml" / "helper.py").write_text("x")  # not what import takes for yaml
+    _digest, listing = take(f"folder ./{SHADOWS}", ["yaml", "attrs", "rpds", "win", "notes"],
+                            tmp_path)
+    assert [item.split("\t")[0] for item in listing] == [
+        "attrs/__init__.pyc", "rpds/__init__.cpython-311-x86_64-linux-gnu.so",
+        "win/__init__.pyd", "yaml/__init__.py"]
 
 
 def test_a_module_planted_before_the_one_imported_is_a_change(tmp_path: Path) -> None:
@@ -92,6 +205,47 @@ def test_the_environment_digest_sees_edits_pth_files_and_entry_points(tmp_path: 
     assert take(ENVIRONMENT, params, root)[0] == digest
     module.write_text("PATCHED = True\n")
     assert take(ENVIRONMENT, params, root)[0] != digest
+
+
+def test_the_environment_listing_names_each_file_that_can_run_code_at_startup(
+        tmp_path: Path) -> None:
+    site_dir = tmp_path / "site"
+    (site_dir / "plug-1.0.dist-info").mkdir(parents=True)
+    (site_dir / "plug-1.0.dist-info" / "entry_points.txt").write_text("[pytest11]\n")
+    (site_dir / "bare-1.0.dist-info").mkdir()  # no entry points
+    (site_dir / "old-0.1.egg-info").mkdir()
+    (site_dir / "old-0.1.egg-info" / "entry_points.txt").write_text("[pytest11]\n")
+    for name in ("b.pth", "a.pth", "dev.egg-link", "sitecustomize.py", "usercustomize.py",
+                 "yaml.py", "notes.txt"):
+        (site_dir / name).write_text(name)
+    module = site_dir / "yaml.py"
+    missing = tmp_path / "gone.py"
+    _digest, listing = take(ENVIRONMENT, [str(module), str(missing), str(site_dir) + os.sep,
+                                          str(tmp_path / "no-site") + os.sep], tmp_path)
+    names = [item.split("\t") for item in listing]
+    assert [n for n, _ in names] == sorted([
+        str(module), str(missing), str(tmp_path / "no-site") + os.sep,
+        *(str(site_dir / n) for n in ("a.pth", "b.pth", "dev.egg-link", "sitecustomize.py",
+                                      "usercustomize.py")),
+        str(site_dir / "plug-1.0.dist-info" / "entry_points.txt"),
+        str(site_dir / "old-0.1.egg-info" / "entry_points.txt")])
+    digests = dict(names)
+    assert digests[str(missing)] == "absent" and digests[str(tmp_path / "no-site") + os.sep] == (
+        "absent")
+    assert digests[str(site_dir / "a.pth")] == hashlib.sha256(b"a.pth").hexdigest()[:16]
+
+
+def test_take_knows_its_subjects_only(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "yaml.py").write_text("")
+    assert [i.split("\t")[0] for i in take(f"folder sub/{SHADOWS}", ["yaml"], tmp_path)[1]] == [
+        "yaml.py"]
+    assert take(f"folder nowhere/{SHADOWS}", ["yaml"], tmp_path) == ("absent", ())
+    (tmp_path / "file").write_text("")
+    assert take(f"folder file/{SHADOWS}", ["yaml"], tmp_path) == ("absent", ())
+    for other in ("file tests/test_a.py", f"file sub{SHADOWS}"):
+        with pytest.raises(ValueError, match=r"not a subject of pytest_ralph\.judges"):
+            take(other, [], tmp_path)
 
 
 def test_with_imports_links_every_criterion_and_survives_a_retake(tmp_path: Path) -> None:

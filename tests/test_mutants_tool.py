@@ -251,6 +251,6 @@ def test_the_project_configuration_names_existing_modules_and_tests() -> None:
         for tier in ("fast", "slow"):
             for arg in target.get(tier, []):
                 if arg.startswith("tests/"):
-                    assert (ROOT / arg.split("::")[0]).exists(), arg
+                    assert (ROOT / arg.split("::")[0]).exists(), arg  # a file or a folder
         for eq in target.get("equivalent", []):
             assert eq["why"].strip(), eq

@@ -15,6 +15,7 @@ import json
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -307,6 +308,28 @@ def test_fresh_has_the_same_secrets_and_its_own_state() -> None:
     assert r.flush() == b"abcdef"
 
 
+def test_a_redactor_keeps_the_secrets_it_was_made_with() -> None:
+    # The mapping it was given may change afterwards (the loop builds it from the
+    # environment): the redactor and every fresh one of it redact what it was given.
+    given = {"hunter2hunter2": "DB_PASSWORD"}
+    r = Redactor(given, shapes=False)
+    given.clear()
+    given["other-value-1"] = "OTHER_TOKEN"
+    for each in (r, r.fresh()):
+        assert each.text("pw hunter2hunter2 other-value-1") == (
+            "pw [redacted $DB_PASSWORD] other-value-1")
+
+
+def test_stream_sees_the_byte_before_a_chunk_a_shape_starts() -> None:
+    # Without environment secrets nothing is held back between chunks, but a shape's
+    # "standing alone" still sees the byte the last chunk ended with.
+    token = b"ghp_" + b"aB3" * 12
+    r = Redactor({})
+    assert r.stream(b"word") + r.stream(token + b" end") + r.flush() == b"word" + token + b" end"
+    r = Redactor({})
+    assert r.stream(b"word ") + r.stream(token) + r.flush() == b"word [redacted GitHub token]"
+
+
 def test_no_secrets_stream_is_identity_without_hold_back() -> None:
     r = Redactor({}, shapes=False)
     for chunk in (b"a", b"", b"\xff\xfe partial utf-8 \xe2\x82", b"x" * 100_000):
@@ -404,6 +427,26 @@ def test_near_misses_are_left_alone(text: str) -> None:
     assert Redactor({}).text(text) == text
 
 
+@pytest.mark.parametrize(("prefix", "low", "high", "kind"), [
+    ("ghp_", 36, 251, "GitHub token"), ("github_pat_", 36, 244, "GitHub token"),
+    ("sk-ant-", 32, 248, "Anthropic key"), ("sk-", 32, 252, "OpenAI key"),
+    ("AKIA", 16, 16, "AWS access key id"), ("xoxb-", 10, 250, "Slack token"),
+    ("AIza", 35, 35, "Google API key"),
+])
+def test_each_shape_has_exactly_its_length_range(prefix: str, low: int, high: int,
+                                                 kind: str) -> None:
+    # A body of the fewest and of the most characters is a token; one fewer or one more is
+    # not (standing alone, it is some other word).
+    unit = "AB3" if prefix == "AKIA" else "aB3"
+    r = Redactor({})
+    for n in (low, high):
+        token = prefix + (unit * n)[:n]
+        assert r.text(f"x {token} y") == f"x [redacted {kind}] y", n
+    for n in (low - 1, high + 1):
+        text = f"x {prefix}{(unit * n)[:n]} y"
+        assert r.text(text) == text, n
+
+
 @pytest.mark.parametrize(("url", "shown"), [
     ("postgres://ralph:hunter2-long@db.example:5432/app",
      "postgres://ralph:[redacted password]@db.example:5432/app"),
@@ -461,6 +504,19 @@ def test_a_value_with_a_secret_name_is_redacted_whole_before_its_parts() -> None
         "url [redacted $DB_PASSWORD_URL]")
 
 
+def test_a_url_password_known_from_the_environment_is_named_in_another_url() -> None:
+    r = Redactor.from_env({"DATABASE_URL": "postgres://app:longpassword1@db/x"})
+    assert r.text("mysql://admin:longpassword1@other:3306/y") == (
+        "mysql://admin:[redacted $DATABASE_URL]@other:3306/y")
+
+
+def test_a_value_shared_by_two_variables_is_named_after_the_first_in_sorted_order() -> None:
+    token = "ghp_" + "aB3" * 12
+    env = {"Z_DEPLOY": token, "A_DEPLOY": token, "M_URL": "postgres://u:longpassword1@db/x",
+           "B_URL": "postgres://u:longpassword1@db/x"}
+    assert secret_values(env) == {token: "A_DEPLOY", "longpassword1": "B_URL"}
+
+
 # --- escaped forms, JSON values, restore ---------------------------------------------------
 
 
@@ -474,6 +530,17 @@ def test_a_secret_is_found_as_json_and_xml_escape_it() -> None:
     assert r.text(f"<a>{xml_text}</a>") == f"<a>{label}</a>"
     attr = xml_text.replace('"', "&quot;").replace("\t", "&#09;")
     assert r.text(f'<f message="{attr}"/>') == f'<f message="{label}"/>'
+
+
+def test_a_multi_line_secret_is_found_in_an_xml_attribute() -> None:
+    # A private key in an environment variable, printed in a failure: a JUnit file holds it
+    # in an attribute, its line ends and tabs escaped as character references.
+    value = "-----BEGIN KEY-----\r\nMIIEvQ\tIBADAN\nBgkqhk\n-----END KEY-----"
+    r = Redactor({value: "PRIVATE_KEY"}, shapes=False)
+    xml = ElementTree.tostring(ElementTree.Element("failure", message=f"got {value}!"),
+                               encoding="unicode")
+    assert "&#10;" in xml and "&#13;" in xml and "&#09;" in xml
+    assert r.text(xml) == '<failure message="got [redacted $PRIVATE_KEY]!" />'
 
 
 def test_json_redacts_every_string_and_keeps_keys() -> None:

@@ -24,6 +24,8 @@ from pytest_ralph.loophooks import (
     StopContext,
     decide_stop,
 )
+from pytest_ralph.model import PRD, Criterion, Story
+from pytest_ralph.prompt import PromptContext
 from pytest_ralph.results import CheckResults, CriterionResult
 
 FP = "0123456789abcdef"
@@ -223,3 +225,20 @@ def test_the_built_in_hooks_decide_and_pass_through() -> None:
     result = CriterionResult("n", "US-1", "AC1", "t", "run", "failed",
                              "took 0.25s at 0x7f00aa in /tmp/x/y.py")
     assert hooks.failure_fingerprint(result) == "took <n>s at <addr> in <path>"
+
+
+def test_the_built_in_prompt_hook_fills_the_template() -> None:
+    # A Loop built without hooks (the core API) uses LoopHooks: its prompt is the template
+    # filled in from the PRD and the latest results.
+    crit = Criterion("US-7", 1, "AC1", "the parser accepts empty input", "run",
+                     command="python -m parser ''")
+    prd = PRD(Path("/work/proj/prd.json"), "json", "Acme", "ralph/x", "",
+              (Story("US-7", "Parse empty input", "", (crit,), 1, False, "", 0),))
+    results = CheckResults((CriterionResult("prd.json::US-7::AC1", "US-7", "AC1", crit.text,
+                                            "run", "failed", "ValueError: empty"),))
+    context = PromptContext(prd, results, iteration=3, max_iterations=9,
+                            rootdir=Path("/work/proj"), progress="")
+    prompt = LoopHooks().build_prompt(
+        "Iteration $iteration of $max_iterations on $story_id.\n$failing\n", context)
+    assert prompt.startswith("Iteration 3 of 9 on US-7.\n")
+    assert "the parser accepts empty input" in prompt and "ValueError: empty" in prompt
