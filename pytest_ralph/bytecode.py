@@ -13,7 +13,9 @@ loaded as that module.
 :class:`TrustedBytecode` is that folder:
 
 - only the loop (the controller, which never imports project code) writes it, compiling the
-  source files of installed and standard-library modules (never a file inside the project):
+  source files of installed and standard-library modules, at their real paths (never a file
+  inside the project, nor one a symbolic link or a ``..`` leads to, nor one outside the
+  standard library and site-packages that the loop did not import itself):
   those the loop itself has imported (pytest and the plugins a check phase loads too) and
   those a check phase reports it imported (:meth:`TrustedBytecode.prime`), in a background
   thread, while the agent works;
@@ -119,10 +121,12 @@ class TrustedBytecode:
         project: the project folder: no source inside it is ever compiled here.
         shared: the shared folder (then :attr:`folder` itself), or ``None``.
         verify: check the folder before each phase (a run's own folder, sandbox off).
+        roots: the folders whose sources may be compiled (real paths); default
+            :func:`trusted_roots`.
     """
 
     def __init__(self, folder: Path, project: Path, *, shared: Path | None = None,
-                 verify: bool = False) -> None:
+                 verify: bool = False, roots: Iterable[str] | None = None) -> None:
         self.folder = folder
         self.shared = shared
         self.verify = verify
@@ -132,6 +136,9 @@ class TrustedBytecode:
         self._seen: set[str] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._roots = tuple(root.rstrip(os.sep) + os.sep
+                            for root in (trusted_roots() if roots is None else roots))
+        self._own = set(self.sources_loaded_here())
 
     @classmethod
     def for_run(cls, project: Path, *, confined: bool) -> TrustedBytecode:
@@ -152,6 +159,19 @@ class TrustedBytecode:
         real = os.path.realpath(source)
         return real == self._project or real.startswith(self._project.rstrip(os.sep) + os.sep)
 
+    def _trusted(self, source: str) -> bool:
+        """Whether ``source`` may be compiled here: a path that is its own real path (no
+        symbolic link, no ``..``: the bytecode's place is computed from the path as written,
+        so a path that resolves elsewhere would put another file's code there), outside the
+        project, and either in this interpreter's standard library or site-packages
+        (:func:`trusted_roots`) or a module this process imported itself. The sources come
+        from a check phase's imports report, which the code under test can write."""
+        if os.path.realpath(source) != source or self._inside_project(source):
+            return False
+        if source in self._own:
+            return True
+        return any(source.startswith(root) for root in self._roots)
+
     def sources_loaded_here(self) -> list[str]:
         """The source files of the modules this process has imported, outside the project."""
         out = []
@@ -162,15 +182,16 @@ class TrustedBytecode:
         return out
 
     def prime(self, sources: Iterable[str]) -> int:
-        """Compile ``sources`` (``.py`` files outside the project; others are skipped) whose
-        bytecode is missing or stale (a run's own folder: not written by this object yet)
-        into :attr:`folder`; return how many were compiled. Nothing is imported or run."""
+        """Compile ``sources`` (absolute ``.py`` paths; only those :meth:`_trusted` takes,
+        the others are skipped) whose bytecode is missing or stale (a run's own folder: not
+        written by this object yet) into :attr:`folder`; return how many were compiled.
+        Nothing is imported or run."""
         done = 0
         for source in sources:
             if source in self._seen or not source.endswith(".py") or not os.path.isabs(source):
                 continue
             self._seen.add(source)
-            if self._inside_project(source):
+            if not self._trusted(source):
                 continue
             try:
                 info = os.stat(source)
@@ -236,6 +257,28 @@ class TrustedBytecode:
         self.wait()
         if self.verify:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def trusted_roots() -> list[str]:
+    """The real paths of this interpreter's standard library and site-packages folders
+    (``sysconfig``'s ``stdlib``, ``platstdlib``, ``purelib`` and ``platlib``, and
+    :func:`site.getsitepackages`): the folders whose modules :class:`TrustedBytecode` compiles
+    for a check phase. A confined agent cannot write them (the sandbox binds ``/`` read-only);
+    an unconfined one can, see ``docs/limitations.md``."""
+    import site
+    import sysconfig
+
+    found = [sysconfig.get_paths().get(key, "") for key in
+             ("stdlib", "platstdlib", "purelib", "platlib")]
+    with contextlib.suppress(AttributeError):  # a virtualenv's old site.py
+        found += site.getsitepackages()
+    roots: list[str] = []
+    for path in found:
+        if path and os.path.isabs(path):
+            real = os.path.realpath(path)
+            if real not in roots:
+                roots.append(real)
+    return roots
 
 
 def _fresh(pyc: Path, header: bytes) -> bool:

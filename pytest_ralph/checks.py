@@ -58,6 +58,19 @@ from .model import CRITERION_KINDS, Criterion, Story, fold_text
 from .prd import _default_text
 from .process import Finished, read_tail, run_in_group
 
+#: The environment variable that hands :mod:`pytest_ralph.probe` (loaded into a ``pytest``
+#: criterion's child) its token: 16 hexadecimal digits, new for each child.
+PROBE_TOKEN_ENV = "PYTEST_RALPH_PROBE"
+
+#: The failure text of a probe item.
+PROBE_FAILURE = "pytest-ralph tamper probe: this test always fails"
+
+
+def probe_names(token: str) -> tuple[str, str]:
+    """The names of the two probe items of ``token`` (first, last): their JUnit ``name``
+    and their node id."""
+    return f"pytest_ralph_probe_{token}_first", f"pytest_ralph_probe_{token}_last"
+
 #: Default seconds a ``run`` criterion may take before its process group is killed.
 DEFAULT_CHECK_TIMEOUT = 600.0
 
@@ -308,7 +321,7 @@ def _git(root: Path, args: tuple[str, ...], timeout: float, max_bytes: int) -> s
     ``None`` when git cannot run, exits non-zero or times out."""
     env = _command_env()
     env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0")  # read only: never lock
-    argv = ["git", "-c", "core.quotePath=false", *args]
+    argv = ["git", "-c", "core.quotePath=false", "-c", "core.fsmonitor=false", *args]
     try:
         with tempfile.TemporaryFile() as out:
             done = subprocess.run(argv, cwd=root, stdin=subprocess.DEVNULL, stdout=out,
@@ -567,18 +580,29 @@ class PytestCheck:
         shown = " ".join(self.targets)
         expected = "all selected tests pass and at least one runs"
         env = _command_env()
+        token = secrets.token_hex(8)
+        env[PROBE_TOKEN_ENV] = token
         with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryFile() as out:
             xml = Path(tmp) / "junit.xml"
-            argv = [*pytest_command(sys.executable), "-q", "-p", "no:cacheprovider", *self.pin,
-                    f"--junitxml={xml}", "-k", "", "-m", "", "--maxfail=0", "--", *self.targets]
+            argv = [*pytest_command(sys.executable), "-q", "-p", "no:cacheprovider",
+                    "-p", "pytest_ralph.probe", *self.pin, f"--junitxml={xml}", "-k", "",
+                    "-m", "", "--maxfail=0", "--", *self.targets]
             finished = run_in_group(argv, cwd=self.cwd, output=out, timeout=self.timeout, env=env)
-            tail = read_tail(out, OUTPUT_TAIL_BYTES).rstrip()
-            counts = _junit_counts(xml)
+            tail = _without_probes(read_tail(out, OUTPUT_TAIL_BYTES), token).rstrip()
+            counts, probes = _junit_counts(xml, probe_names(token))
         code = finished.returncode
         ran = counts["tests"] - counts["skipped"]
         passed = ran - counts["failures"] - counts["errors"]
+        if probes and code == 1 and not counts["failures"] + counts["errors"]:
+            code = 0  # the probes' own failures, and only theirs
+        faked = sorted(name for name, outcome in probes.items() if outcome != "failed")
         if finished.timed_out:
             found = _timed_out(self.timeout)
+        elif faked or (counts["tests"] and len(probes) != 2 and code in (0, 1)):
+            found = ("the tamper probe, a test that always fails, "
+                     f"{'passed' if faked else 'was not reported'}: code loaded by the tests "
+                     "changed how pytest reports outcomes (the code under test runs in the "
+                     "process that checks it)")
         elif code == 0 and passed >= 1:
             return CheckResult(True)
         elif code in (2, 3, 4):
@@ -621,22 +645,45 @@ def _pytest_error_line(output: str) -> str:
     return ""
 
 
-def _junit_counts(path: Path) -> dict[str, int]:
+def _junit_counts(path: Path, probes: tuple[str, ...] = ()
+                  ) -> tuple[dict[str, int], dict[str, str]]:
     """Totals of tests, failures, errors and skipped over every ``testsuite`` of a JUnit
-    XML file (all zero when the file is missing or unreadable)."""
+    XML file (all zero when the file is missing or unreadable), the ``testcase`` elements named
+    in ``probes`` (:mod:`pytest_ralph.probe`) left out; and the outcome of each of those
+    found (``passed``, ``failed``, ``error`` or ``skipped``), by name."""
     from xml.etree import ElementTree  # imported when a pytest check runs
 
     counts = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
+    found: dict[str, str] = {}
     try:
         root = ElementTree.parse(path).getroot()
     except (OSError, ElementTree.ParseError):
-        return counts
+        return counts, found
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     for suite in suites:
         for key in counts:
             with contextlib.suppress(ValueError):
                 counts[key] += int(suite.get(key, "0"))
-    return counts
+        for case in suite.iter("testcase"):
+            name = case.get("name", "")
+            if name not in probes:
+                continue
+            tags = {child.tag for child in case}
+            found[name] = next((outcome for tag, outcome in (
+                ("failure", "failed"), ("error", "error"), ("skipped", "skipped"))
+                if tag in tags), "passed")
+    column = {"failed": "failures", "error": "errors", "skipped": "skipped"}
+    for outcome in found.values():
+        counts["tests"] -= 1
+        if outcome in column:
+            counts[column[outcome]] -= 1
+    return counts, found
+
+
+def _without_probes(output: str, token: str) -> str:
+    """``output`` without the lines that name the probe items of ``token``."""
+    return "\n".join(line for line in output.splitlines() if token not in line
+                     and PROBE_FAILURE not in line)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,10 @@ Scope and rules:
 * git's configuration can make it run commands (a ``clean`` filter, ``core.fsmonitor``, a
   diff driver), and the agent can write the repository's ``.git/config``: the loop runs git
   only while :func:`config_digest` is what it was when the run started
-  (:func:`tree_snapshot`'s ``trust``), so that git never runs a command the agent configured.
+  (:func:`tree_snapshot`'s ``trust``; the files of a ``commondir`` count), and ``git add``
+  and every other git command run with every filter driver turned off
+  (``_filters_off``; ``git write-tree`` runs a clean filter too), diffs without text
+  conversion or external diff, so that git never runs a command the agent configured.
 
 This module does not import pytest.
 """
@@ -96,12 +99,13 @@ def _env(index: Path | None = None) -> dict[str, str]:
 
 
 def _git(root: Path, *args: str, index: Path | None = None,
-         ok: tuple[int, ...] = (0,)) -> bytes | None:
+         ok: tuple[int, ...] = (0,), config: tuple[str, ...] = ()) -> bytes | None:
     """The stdout (at most :data:`GIT_OUTPUT_BYTES` bytes) of ``git -C root <args>``, or
     ``None`` when git is missing, exits with a status not in ``ok``, dies of a signal or runs
-    past :data:`GIT_TIMEOUT` seconds (its process group is then killed)."""
+    past :data:`GIT_TIMEOUT` seconds (its process group is then killed). ``config``: more
+    ``-c`` settings."""
     argv = ["git", "-C", str(root)]
-    for c in _CONFIG:
+    for c in (*_CONFIG, *config):
         argv += ["-c", c]
     argv += args
     try:
@@ -116,26 +120,32 @@ def _git(root: Path, *args: str, index: Path | None = None,
         return None
 
 
+def _common(gitdir: Path) -> Path:
+    """The common dir of ``gitdir``: where its ``commondir`` file points (git reads the
+    configuration there, for a ``.git`` folder too), else ``gitdir`` itself."""
+    try:
+        return (gitdir / (gitdir / "commondir").read_text().strip()).resolve()
+    except OSError:
+        return gitdir
+
+
 def _git_dir(root: Path) -> tuple[Path | None, Path | None]:
     """(git dir, common dir) of the work tree holding ``root``, found by walking up from it
     as git does (a ``.git`` folder, or a ``.git`` file ``gitdir: PATH`` for a linked work
-    tree), without running git; ``(None, None)`` outside a work tree."""
+    tree; either may hold a ``commondir`` file), without running git; ``(None, None)``
+    outside a work tree."""
     here = root.resolve()
     for folder in (here, *here.parents):
         dot = folder / ".git"
         try:
             if dot.is_dir():
-                return dot, dot
+                return dot, _common(dot)
             if dot.is_file():
                 text = dot.read_text("utf-8", errors="replace").strip()
                 if not text.startswith("gitdir:"):
                     return None, None
                 gitdir = (folder / text[len("gitdir:"):].strip()).resolve()
-                try:
-                    common = (gitdir / (gitdir / "commondir").read_text().strip()).resolve()
-                except OSError:
-                    common = gitdir
-                return gitdir, common
+                return gitdir, _common(gitdir)
         except OSError:
             return None, None
     return None, None
@@ -155,7 +165,8 @@ def config_digest(root: Path) -> str:
     gitdir, common = _git_dir(root)
     for folder in {gitdir, common} - {None}:
         assert folder is not None
-        files += [folder / "config", folder / "config.worktree", folder / "info" / "attributes"]
+        files += [folder / "config", folder / "config.worktree", folder / "info" / "attributes",
+                  folder / "commondir"]
     h = hashlib.sha256()
     for path in sorted(set(files)):
         h.update(str(path).encode("utf-8", "surrogateescape") + b"\0")
@@ -194,13 +205,15 @@ def tree_snapshot(root: Path, trust: str | None = None) -> str | None:
         return None
     try:
         index = folder / "index"
-        if not _seed(root, user_index, index):
+        off = _filters_off(root)
+        if off is None or not _seed(root, user_index, index, off):
             return None
         # --ignore-errors: a file that cannot be read (permissions) is left out, not fatal;
         # git then exits 1 but still writes the index.
-        if _git(root, "add", "-A", "--ignore-errors", "--", ".", index=index, ok=(0, 1)) is None:
+        if _git(root, "add", "-A", "--ignore-errors", "--", ".", index=index, ok=(0, 1),
+                config=off) is None:
             return None
-        tree = _git(root, "write-tree", index=index)
+        tree = _git(root, "write-tree", index=index, config=off)
         if tree is None:
             return None
         text = tree.decode("ascii", errors="replace").strip()
@@ -211,7 +224,25 @@ def tree_snapshot(root: Path, trust: str | None = None) -> str | None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _seed(root: Path, user_index: Path, index: Path) -> bool:
+def _filters_off(root: Path) -> tuple[str, ...] | None:
+    """The ``-c`` settings that turn off every filter driver git's configuration defines for
+    ``root`` (``filter.<driver>.clean``, ``.smudge``, ``.process`` emptied, ``.required``
+    false), as git itself lists them (includes and ``commondir`` followed): ``git add`` and
+    ``git write-tree`` then hash each file's bytes and run no command. (A git-lfs file is
+    then hashed whole, not as its pointer: slower, for the loop's own snapshot only.)
+    ``None`` when git cannot list them."""
+    out = _git(root, "config", "--name-only", "--get-regexp", r"^filter\..*\.", ok=(0, 1))
+    if out is None:
+        return None
+    drivers = {name[len("filter."):].rpartition(".")[0]
+               for name in out.decode("utf-8", errors="replace").splitlines()
+               if name.startswith("filter.") and name.count(".") >= 2}
+    return tuple(f"filter.{driver}.{key}={value}" for driver in sorted(drivers)
+                 for key, value in (("clean", ""), ("smudge", ""), ("process", ""),
+                                    ("required", "false")))
+
+
+def _seed(root: Path, user_index: Path, index: Path, off: tuple[str, ...]) -> bool:
     """Start the temporary ``index``: a copy of the user's index when there is one (read,
     never written; its stat data lets ``git add`` skip every unchanged file: 0.05 s instead
     of 0.2 s for 5000 files), else ``HEAD``'s tree when there is a commit, else empty.
@@ -223,7 +254,7 @@ def _seed(root: Path, user_index: Path, index: Path) -> bool:
         index.unlink(missing_ok=True)
     if _git(root, "rev-parse", "--verify", "--quiet", "HEAD^{tree}") is None:
         return True  # no commit yet: start empty
-    return _git(root, "read-tree", "HEAD", index=index) is not None
+    return _git(root, "read-tree", "HEAD", index=index, config=off) is not None
 
 
 def diff_stat(root: Path, before: str | None, after: str | None, max_chars: int = 2000,
@@ -243,7 +274,10 @@ def diff_stat(root: Path, before: str | None, after: str | None, max_chars: int 
     if trust is not None and config_digest(root) != trust:
         return ""
     options = ("--relative", "--no-color", "--no-ext-diff", "--no-textconv")
-    out = _git(root, "diff", f"--stat={STAT_WIDTH}", *options, before, after, "--")
+    off = _filters_off(root)
+    if off is None:
+        return ""
+    out = _git(root, "diff", f"--stat={STAT_WIDTH}", *options, before, after, "--", config=off)
     if not out:
         return ""
     lines = [line.rstrip() for line in out.decode("utf-8", errors="replace").splitlines()
@@ -251,7 +285,7 @@ def diff_stat(root: Path, before: str | None, after: str | None, max_chars: int 
     summary = ""
     if len(out) >= GIT_OUTPUT_BYTES:  # cut short: no summary line, maybe half a file line
         lines = lines[:-1]
-        short = _git(root, "diff", "--shortstat", *options, before, after, "--")
+        short = _git(root, "diff", "--shortstat", *options, before, after, "--", config=off)
         summary = short.decode("utf-8", errors="replace").strip() if short else ""
     elif lines and _SUMMARY.match(lines[-1]):
         summary = lines.pop().strip()

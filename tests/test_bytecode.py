@@ -70,7 +70,7 @@ def test_a_run_folder_compiles_outside_sources_and_never_the_projects(tmp_path: 
     broken = _module(lib, "broken", "def (\n")
     folder = tmp_path / "bc"
     folder.mkdir()
-    trusted = TrustedBytecode(folder, project, verify=True)
+    trusted = TrustedBytecode(folder, project, verify=True, roots=[str(tmp_path)])
     assert trusted.prime([str(outside), str(inside), str(broken), "relative.py",
                           str(lib / "missing.py")]) == 1
     assert cache_path(folder, str(outside)).is_file()
@@ -90,7 +90,7 @@ def test_ready_removes_what_the_loop_did_not_write_or_what_changed(tmp_path: Pat
     b = _module(lib, "b", "B = 1\n")
     folder = tmp_path / "bc"
     folder.mkdir()
-    trusted = TrustedBytecode(folder, tmp_path / "project", verify=True)
+    trusted = TrustedBytecode(folder, tmp_path / "project", verify=True, roots=[str(tmp_path)])
     trusted.prime([str(a), str(b)])
     planted = folder / "planted.cpython-311.pyc"
     planted.write_bytes(b"evil")
@@ -111,11 +111,14 @@ def test_a_shared_folder_keeps_fresh_bytecode_and_replaces_stale(tmp_path: Path)
     a = _module(lib, "a", "A = 1\n")
     folder = tmp_path / "shared"
     folder.mkdir()
-    trusted = TrustedBytecode(folder, tmp_path / "project", shared=folder)
+    trusted = TrustedBytecode(folder, tmp_path / "project", shared=folder, roots=[str(tmp_path)])
     assert trusted.prime([str(a)]) == 1
-    assert TrustedBytecode(folder, tmp_path / "project", shared=folder).prime([str(a)]) == 0
+    def again() -> TrustedBytecode:
+        return TrustedBytecode(folder, tmp_path / "project", shared=folder, roots=[str(tmp_path)])
+
+    assert again().prime([str(a)]) == 0
     a.write_text("A = 22\n")  # another size: stale
-    assert TrustedBytecode(folder, tmp_path / "project", shared=folder).prime([str(a)]) == 1
+    assert again().prime([str(a)]) == 1
     assert trusted.ready() == []  # a shared folder is never swept
 
 
@@ -171,7 +174,7 @@ def test_only_absolute_py_sources_are_compiled(tmp_path: Path,
     monkeypatch.chdir(lib)
     folder = tmp_path / "bc"
     folder.mkdir()
-    trusted = TrustedBytecode(folder, tmp_path / "project", verify=True)
+    trusted = TrustedBytecode(folder, tmp_path / "project", verify=True, roots=[str(tmp_path)])
     assert trusted.prime([str(script), "rel.py"]) == 0
     assert list(folder.rglob("*")) == []
 
@@ -250,7 +253,7 @@ def test_priming_in_the_background_is_waited_for(tmp_path: Path) -> None:
     sources = [str(_module(lib, f"m{i}", f"X = {i}\n")) for i in range(30)]
     folder = tmp_path / "bc"
     folder.mkdir()
-    trusted = TrustedBytecode(folder, tmp_path / "project", verify=True)
+    trusted = TrustedBytecode(folder, tmp_path / "project", verify=True, roots=[str(tmp_path)])
     trusted.prime_in_background(sources)
     assert trusted.ready() == []
     assert all(cache_path(folder, s).is_file() for s in sources)
@@ -266,7 +269,7 @@ def test_a_second_priming_waits_for_the_first(tmp_path: Path) -> None:
     one = [str(_module(lib, "last", "Y = 1\n"))]
     folder = tmp_path / "bc"
     folder.mkdir()
-    trusted = TrustedBytecode(folder, tmp_path / "project", verify=True)
+    trusted = TrustedBytecode(folder, tmp_path / "project", verify=True, roots=[str(tmp_path)])
     trusted.prime_in_background(many)
     trusted.prime_in_background(one)
     trusted.ready()
@@ -285,3 +288,42 @@ def test_closing_a_run_folder_that_is_already_gone_is_quiet(
     shutil.rmtree(trusted.folder)
     trusted.close()
     assert not trusted.folder.exists()
+
+
+def test_a_source_is_compiled_only_at_its_real_path_in_a_trusted_folder(tmp_path: Path) -> None:
+    """Issue 20 (red team): the imports report a check phase writes named
+    ``<agent's folder>/link/../../<site-packages>/_pytest/reports.py``; the bytecode's place
+    was computed from that path, the code read through the link: the agent's file became the
+    shared bytecode of pytest's own module. A path through a link or a ``..``, or outside the
+    standard library and site-packages, is never compiled."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    real = _module(lib, "reports", "GENUINE = True\n")
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    _module(agent, "reports", "GENUINE = False\n")
+    (agent / "link").symlink_to(agent, target_is_directory=True)
+    folder = tmp_path / "bc"
+    folder.mkdir()
+    trusted = TrustedBytecode(folder, tmp_path / "project", shared=folder, roots=[str(lib)])
+    dotted = f"{agent}/link/../{os.path.relpath(real, agent)}"
+    linked = tmp_path / "lib-link"
+    linked.symlink_to(lib, target_is_directory=True)
+    assert trusted.prime([dotted, str(linked / "reports.py"), str(agent / "reports.py")]) == 0
+    assert list(folder.rglob("*.pyc")) == []
+    assert trusted.prime([str(real)]) == 1
+
+
+def test_the_default_trusted_folders_are_the_interpreters_own() -> None:
+    import sysconfig
+
+    from pytest_ralph.bytecode import trusted_roots
+
+    roots = trusted_roots()
+    assert os.path.realpath(sysconfig.get_paths()["stdlib"]) in roots
+    assert os.path.realpath(sysconfig.get_paths()["purelib"]) in roots
+    assert all(root == os.path.realpath(root) for root in roots)
+    # pytest's own reports module is compiled; a file of the same name elsewhere is not.
+    folder_source = importlib.util.find_spec("_pytest.reports")
+    assert folder_source is not None and folder_source.origin
+    assert any(folder_source.origin.startswith(root) for root in roots)

@@ -301,3 +301,34 @@ def test_output_past_the_read_limit_keeps_its_summary(repo: Path,
     more = re.fullmatch(r" \.\.\. (\d+) more files", lines[-2])
     assert more and len(lines) - 2 + int(more.group(1)) == 100
     assert all(re.fullmatch(r" f\d{3}\.txt +\| +1 \+", line) for line in lines[:-2])
+
+
+def test_a_filter_in_a_commondir_config_never_runs(repo: Path, tmp_path: Path) -> None:
+    """Issue 20 (red team): the agent wrote ``.git/commondir`` pointing at a folder whose
+    ``config`` defines a clean filter for every file; git takes its configuration from there,
+    the loop's ``git add`` ran the filter unconfined. The commondir's files count in
+    :func:`config_digest`, and ``git add`` runs with every filter driver turned off."""
+    trust = gitdiff.config_digest(repo)
+    ran = tmp_path / "filter-ran"
+    common = repo / ".git" / "fc"
+    shutil.copytree(repo / ".git", common, ignore=shutil.ignore_patterns("fc"))
+    filter_script = tmp_path / "filter.sh"
+    filter_script.write_text(f"#!/bin/sh\ntouch {ran}\nexec cat\n")
+    filter_script.chmod(0o755)
+    with (common / "config").open("a") as f:
+        f.write(f"[filter \"rx\"]\n\tclean = {filter_script}\n\trequired = true\n")
+    (repo / ".git" / "commondir").write_text("fc\n")
+    (repo / ".gitattributes").write_text("* filter=rx\n")
+    (repo / "app.py").write_text("print('changed')\n")
+    assert "filter.rx.clean" in git(repo, "config", "--name-only", "--get-regexp", "^filter")
+    git(repo, "status")  # git itself runs the filter: the trap is real
+    assert ran.exists()
+    ran.unlink()
+    assert gitdiff.config_digest(repo) != trust
+    assert tree_snapshot(repo, trust=trust) is None
+    assert not ran.exists()
+    # Trusted or not, the filter is off: the snapshot holds the file's own bytes.
+    tree = tree_snapshot(repo)
+    assert tree is not None and not ran.exists()
+    blob = git(repo, "rev-parse", f"{tree}:app.py").strip()
+    assert git(repo, "cat-file", "-p", blob) == "print('changed')\n"

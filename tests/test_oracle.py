@@ -899,8 +899,8 @@ def test_a_new_run_refuses_a_weakened_oracle_the_last_run_left(
         "  test_feature.py | *"])
     # The second run's report (by time: the two runs may straddle midnight, and the name
     # carries the date).
-    first, second = sorted((pytester.path / ".pytest_ralph" / "reports").glob("ralph-demo-*.md"),
-                           key=lambda path: path.stat().st_mtime_ns)
+    _first, second = sorted((pytester.path / ".pytest_ralph" / "reports").glob("ralph-demo-*.md"),
+                            key=lambda path: path.stat().st_mtime_ns)
     assert "## Warnings" in second.read_text()
     assert "accepted with --ralph-accept-changes" in second.read_text()
 

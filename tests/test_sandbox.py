@@ -23,6 +23,7 @@ import pytest
 
 from pytest_ralph.sandbox import (
     HIDDEN_ENV,
+    PYTEST_TEMPROOT,
     Confinement,
     Sandbox,
     SandboxError,
@@ -197,7 +198,7 @@ print(json.dumps({"run": sorted(os.listdir("/run")), "tmp": os.listdir("/tmp"),
     # Only the folder resolv.conf lives in (systemd-resolved) is bound back into /run.
     expected_run = [resolv.split("/")[2]] if resolv.startswith("/run/") else []
     assert seen["run"] == expected_run
-    assert seen["tmp"] == []
+    assert seen["tmp"] == [PYTEST_TEMPROOT.rsplit("/", 1)[1]]  # pytest's, made empty
     assert seen["env"] == {"TMPDIR": "/tmp", "RALPH_GIVEN": "yes"}
 
 

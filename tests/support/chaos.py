@@ -138,7 +138,8 @@ class Step:
         label: what the step was (``loop``, ``new run``, ``second project``...).
         exit: its exit status (negative: killed by that signal; ``None``: timed out).
         output: its stdout and stderr, interleaved.
-        logs: the agent logs of the runs it made (``.pytest_ralph/runs/*/iteration-*/agent.log``).
+        logs: the agent logs of the runs it made (``.pytest_ralph/runs/*/iteration-*/agent.log``)
+            and the loop's final reports (``.pytest_ralph/reports/*.md``: the failure messages).
         passes: story ids whose ``passes`` is true in the PRD after it.
         project: the project folder it ran in.
     """
@@ -451,7 +452,9 @@ def kill_case_processes(case_id: str) -> list[int]:
 
 
 def _agent_logs(project: Path) -> str:
-    logs = sorted((project / ".pytest_ralph" / "runs").glob("*/iteration-*/agent.log"))
+    state = project / ".pytest_ralph"
+    logs = [*sorted(state.glob("runs/*/iteration-*/agent.log")),
+            *sorted(state.glob("reports/*.md"))]
     out = []
     for log in logs:
         with contextlib.suppress(OSError):
