@@ -198,6 +198,11 @@ class _Lines:
             self.end()
 
 
+#: Bytes of a line's start the agent log holds back, waiting for its end (see
+#: :meth:`_Output._write`); a longer line is written as it comes.
+LOG_PENDING_BYTES = 64 * 1024
+
+
 class _Output:
     """Where the agent's output goes while it runs: the log file (secrets redacted, stdout
     and stderr interleaved as they come), stdout lines to the CLI's output reader, and the
@@ -210,6 +215,7 @@ class _Output:
         self.reader = reader
         self.redact = {name: (redactor.fresh() if redactor else None)
                        for name in ("out", "err")}
+        self.pending = {"out": b"", "err": b""}
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         self.out_lines = _Lines(self._stdout_line, MAX_LINE_BYTES)
         self.err_lines = _Lines(self._stderr_line, STDERR_LINE_BYTES)
@@ -222,11 +228,20 @@ class _Output:
     def _stderr_line(self, line: bytes) -> None:
         self.stderr_tail.append(line.decode("utf-8", "replace"))
 
-    def _write(self, stream: str, chunk: bytes) -> None:
+    def _write(self, stream: str, chunk: bytes, *, end: bool = False) -> None:
+        """Write ``chunk`` (redacted) to the log in whole lines, so that stdout and stderr
+        interleave at line ends only: a line's start waits for its end, up to
+        :data:`LOG_PENDING_BYTES` (or ``end``)."""
         r = self.redact[stream]
         data = r.stream(chunk) if r is not None else chunk
-        with self.lock, contextlib.suppress(OSError, ValueError):
-            self.log.write(data)
+        if end and r is not None:
+            data += r.flush()
+        data = self.pending[stream] + data
+        cut = len(data) if end or len(data) > LOG_PENDING_BYTES else data.rfind(b"\n") + 1
+        self.pending[stream] = data[cut:]
+        if cut:
+            with self.lock, contextlib.suppress(OSError, ValueError):
+                self.log.write(data[:cut])
 
     def stdout(self, chunk: bytes) -> None:
         self._write("out", chunk)
@@ -239,10 +254,8 @@ class _Output:
     def close(self) -> None:
         self.out_lines.close()
         self.err_lines.close()
-        for r in self.redact.values():
-            if r is not None:
-                with self.lock, contextlib.suppress(OSError, ValueError):
-                    self.log.write(r.flush())
+        for stream in ("out", "err"):
+            self._write(stream, b"", end=True)
 
 
 def run_agent(

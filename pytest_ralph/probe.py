@@ -6,7 +6,8 @@ pytest's reports in memory (``TestReport.from_item_and_call`` patched to say "pa
 wrapper registered at import time). This plugin makes that visible to
 :class:`pytest_ralph.checks.PytestCheck`, the parent that reads the child's JUnit XML:
 
-- **Probe items.** When anything was collected, two items are added, one first and one last,
+- **Probe items.** When anything was collected, two items are added, one first and one last
+  (in the module of the first test and of the last one),
   whose test always raises. Their names carry a random token
   (:data:`~pytest_ralph.checks.PROBE_TOKEN_ENV`, chosen by the parent for each run); the
   parent requires both to have *failed*. A change that forces every
@@ -54,9 +55,9 @@ class ProbeItem(pytest.Item):
         leaves the probe's lines out of the output it shows."""
         return PROBE_FAILURE
 
-    def reportinfo(self) -> tuple[str, int | None, str]:
-        """Where pytest says the item is: nowhere on disk."""
-        return "pytest-ralph", None, self.name
+    def reportinfo(self) -> tuple[os.PathLike[str] | str, int | None, str]:
+        """Where pytest says the item is: its module's file, no line."""
+        return self.path, None, self.name
 
 
 @pytest.hookimpl(trylast=True)
@@ -66,8 +67,22 @@ def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.It
     if not token or not items:
         return
     first, last = probe_names(token)
-    items.insert(0, ProbeItem.from_parent(session, name=first))
-    items.append(ProbeItem.from_parent(session, name=last))
+    # Beside the first test and the last one, in their module (or class): code that tells
+    # the tests of a module from the rest by node id treats the probes as those tests.
+    items.insert(0, ProbeItem.from_parent(items[0].parent or session, name=first))
+    items.append(ProbeItem.from_parent(items[-1].parent or session, name=last))
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> Generator[None, Any, Any]:
+    """Leave the probe items out of the count the progress is shown against (``[100%]``
+    after the last test); pytest's exit status and every report are unchanged."""
+    token = _token()
+    names = probe_names(token) if token else ()
+    probes = sum(1 for item in session.items if item.name in names)
+    if probes and session.testscollected > probes:
+        session.testscollected -= probes
+    return (yield)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -76,8 +91,8 @@ def pytest_runtest_makereport(item: pytest.Item,
     """Outermost around every report: a call that raised is never reported as passed."""
     report = yield
     excinfo = call.excinfo
-    if (call.when == "call" and excinfo is not None and getattr(report, "outcome", "") == "passed"
-            and not hasattr(report, "wasxfail") and _token()):
+    if (call.when == "call" and excinfo is not None and report.outcome == "passed"
+            and _token()):  # (an xfail that raised is "skipped", never "passed")
         report.outcome = "failed"
         report.longrepr = TAMPERED.format(exc=excinfo.exconly()[:300])
     return report

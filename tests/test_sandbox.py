@@ -8,6 +8,7 @@ never skip there (``CI`` set makes a missing ``bwrap`` a failure).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ from pytest_ralph.sandbox import (
     Confinement,
     Sandbox,
     SandboxError,
+    _environment_hidden,
     agent_confinement,
     check_confinement,
     cli_state_paths,
@@ -177,7 +179,12 @@ def outside(tmp_path: Path) -> Iterator[Path]:
 
 
 def _inside(confinement: Confinement, code: str, env: dict[str, str] | None = None) -> Any:
-    """What ``code`` prints as JSON, run by Python under the real bubblewrap."""
+    """What ``code`` prints as JSON, run by Python under the real bubblewrap (this Python's
+    folders bound back when the private /tmp would hide them, as the loop does: a checkout
+    and its virtualenv under /tmp)."""
+    hidden = _environment_hidden(confinement.chdir)
+    confinement = dataclasses.replace(confinement,
+                                      readonly=(*confinement.readonly, *hidden))
     argv = wrap(probe("required"), [sys.executable, "-c", code], confinement)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
                           env=env if env is not None else dict(os.environ))
@@ -198,7 +205,10 @@ print(json.dumps({"run": sorted(os.listdir("/run")), "tmp": os.listdir("/tmp"),
     # Only the folder resolv.conf lives in (systemd-resolved) is bound back into /run.
     expected_run = [resolv.split("/")[2]] if resolv.startswith("/run/") else []
     assert seen["run"] == expected_run
-    assert seen["tmp"] == [PYTEST_TEMPROOT.rsplit("/", 1)[1]]  # pytest's, made empty
+    # pytest's folder, made empty, and this Python's folders when they live in /tmp.
+    ours = {os.path.realpath(p).split("/")[2] for p in (sys.prefix, sys.executable)
+            if os.path.realpath(p).startswith("/tmp/")}
+    assert sorted(seen["tmp"]) == sorted({PYTEST_TEMPROOT.rsplit("/", 1)[1], *ours})
     assert seen["env"] == {"TMPDIR": "/tmp", "RALPH_GIVEN": "yes"}
 
 

@@ -377,3 +377,14 @@ def test_without_a_redactor_the_log_is_verbatim(tmp_path: Path) -> None:
             "sys.stdout.buffer.write(bytes(range(256)) * 1000)\n")
     run = _agent(tmp_path, body)
     assert run.log_path.read_bytes() == bytes(range(256)) * 1000
+
+
+def test_stdout_and_stderr_interleave_in_the_log_at_line_ends_only(tmp_path: Path) -> None:
+    body = ("import sys, time\n"
+            "sys.stdout.write('par'); sys.stdout.flush(); time.sleep(0.3)\n"
+            "sys.stderr.write('ERR line\\n'); sys.stderr.flush(); time.sleep(0.3)\n"
+            "print('tial'); sys.stdout.write('no end'); sys.stdout.flush()\n")
+    run = _agent(tmp_path, body)
+    lines = run.log_path.read_text().splitlines()
+    assert "partial" in lines and "ERR line" in lines, lines
+    assert "no end" in lines  # a last line without its end is kept

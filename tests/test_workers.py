@@ -75,16 +75,17 @@ def test_workers_default_is_unset(tmp_path: Path) -> None:
                      "an older run").workers is None
 
 
-@pytest.mark.parametrize("raw", ["0", "257", "-1", "two", "1.5", "", "2 4", "²", True, "logical"])
-@pytest.mark.parametrize(("where", "source"), [
-    ("cli", "--ralph-workers"), ("ini", "ini ralph_workers (pytest.ini)"),
-    ("env", "environment variable PYTEST_RALPH_WORKERS")])
+_BAD_WORKERS = ["0", "257", "-1", "two", "1.5", "", "2 4", "²", True, "logical"]
+_WORKERS_SOURCES = [("cli", "--ralph-workers"), ("ini", "ini ralph_workers (pytest.ini)"),
+                    ("env", "environment variable PYTEST_RALPH_WORKERS")]
+
+
+# An empty variable or ini value is unset (not bad), and the environment holds text only.
+@pytest.mark.parametrize(("raw", "where", "source"), [
+    (raw, where, source) for where, source in _WORKERS_SOURCES for raw in _BAD_WORKERS
+    if not (where == "env" and (raw == "" or raw is True)) and not (where == "ini" and raw == "")])
 def test_bad_workers_name_their_source(tmp_path: Path, raw: Any, where: str,
                                        source: str) -> None:
-    if where == "env" and (raw == "" or raw is True):
-        pytest.skip("an empty variable is unset; the environment holds text")
-    if where == "ini" and raw == "":
-        pytest.skip("an empty ini value is unset")
     args: dict[str, Any] = {"cli": {"cli": {"workers": raw}},
                             "env": {"env": {"PYTEST_RALPH_WORKERS": raw}},
                             "ini": {"ini": {"ralph_workers": raw}}}[where]
