@@ -229,3 +229,17 @@ def test_the_exception_named_in_a_faked_report_is_cut_to_300_characters(
     result, _probes, _counts = _run(pytester, "-rf")
     said = "pytest-ralph: this test raised " + ("ValueError: " + "v" * 1000)[:300] + ", yet"
     assert said in result.stdout.str(), result.stdout.str()
+
+
+def test_the_probes_survive_any_selection_and_sit_in_the_first_and_last_module(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PROBE_TOKEN_ENV, TOKEN)
+    pytester.makepyfile(test_a="def test_one():\n    pass\n",
+                        test_b="def test_two():\n    pass\n\ndef test_three():\n    pass\n")
+    _result, probes, counts = _run(pytester, "-k", "test_one or test_two")
+    assert probes == {FIRST: "failed", LAST: "failed"} and counts["tests"] == 2
+    xml = (pytester.path / "junit.xml").read_text()
+    placed = dict(re.findall(r'<testcase classname="([^"]*)" name="(pytest_ralph_probe_[^"]+)"',
+                             xml))
+    assert {name: module for module, name in placed.items()} == {FIRST: "test_a",
+                                                                 LAST: "test_b"}, xml
