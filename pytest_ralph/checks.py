@@ -40,6 +40,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -582,22 +583,30 @@ class PytestCheck:
         env = _command_env()
         token = secrets.token_hex(8)
         env[PROBE_TOKEN_ENV] = token
-        with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryFile() as out:
-            xml = Path(tmp) / "junit.xml"
+        with tempfile.TemporaryFile() as out, _JunitPipe() as junit:
             argv = [*pytest_command(sys.executable), "-q", "-p", "no:cacheprovider",
-                    "-p", "pytest_ralph.probe", *self.pin, f"--junitxml={xml}", "-k", "",
-                    "-m", "", "--maxfail=0", "--", *self.targets]
-            finished = run_in_group(argv, cwd=self.cwd, output=out, timeout=self.timeout, env=env)
+                    "-p", "pytest_ralph.probe", *self.pin, f"--junitxml={junit.path}", "-k",
+                    "", "-m", "", "--maxfail=0", "--", *self.targets]
+            finished = run_in_group(argv, cwd=self.cwd, output=out, timeout=self.timeout,
+                                    env=env, pass_fds=junit.fds)
             tail = _without_probes(read_tail(out, OUTPUT_TAIL_BYTES), token).rstrip()
-            counts, probes = _junit_counts(xml, probe_names(token))
+            xml = junit.read()
+        rewritten = isinstance(xml, bytes) and _written_twice(xml)
+        counts, probes = _junit_counts(xml, probe_names(token))
         code = finished.returncode
         ran = counts["tests"] - counts["skipped"]
         passed = ran - counts["failures"] - counts["errors"]
         if probes and code == 1 and not counts["failures"] + counts["errors"]:
             code = 0  # the probes' own failures, and only theirs
-        faked = sorted(name for name, outcome in probes.items() if outcome != "failed")
+        # A probe that errored (a fixture of its module) or was skipped (a skip mark on the
+        # module) did not pass: only a probe that passed is a faked verdict.
+        faked = sorted(name for name, outcome in probes.items() if outcome == "passed")
         if finished.timed_out:
             found = _timed_out(self.timeout)
+        elif rewritten:
+            found = ("the JUnit report pytest writes to its parent was written more than once: "
+                     "code loaded by the tests rewrote pytest's verdicts (the code under test "
+                     "runs in the process that checks it)")
         elif faked or (counts["tests"] and len(probes) != 2 and code in (0, 1)):
             found = ("the tamper probe, a test that always fails, "
                      f"{'passed' if faked else 'was not reported'}: code loaded by the tests "
@@ -645,18 +654,83 @@ def _pytest_error_line(output: str) -> str:
     return ""
 
 
-def _junit_counts(path: Path, probes: tuple[str, ...] = ()
+#: Bytes of a child pytest's JUnit report read (a larger one reads as unreadable).
+JUNIT_MAX_BYTES = 256 * 1024 * 1024
+
+
+class _JunitPipe:
+    """Where a ``pytest`` check's child writes its JUnit report: on POSIX the write end of a
+    pipe the child inherits (``--junitxml=/dev/fd/N``), read by a thread of the parent, so
+    that what the child wrote cannot be rewritten afterwards (code under test that rewrote the
+    report at exit only adds a second document, which :func:`_written_twice` sees); elsewhere
+    a file in a temporary folder. A context manager; :meth:`read` after the child ended."""
+
+    def __enter__(self) -> _JunitPipe:
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._data = bytearray()
+        if os.name != "posix":  # pragma: no cover - Windows
+            self._tmp = tempfile.TemporaryDirectory()
+            self.path = str(Path(self._tmp.name) / "junit.xml")
+            self.fds: tuple[int, ...] = ()
+            return self
+        self._read_end, write_end = os.pipe()
+        self.fds = (write_end,)
+        self.path = f"/dev/fd/{write_end}"
+        self._thread = threading.Thread(target=self._drain, daemon=True,
+                                        name="pytest-ralph-junit")
+        self._thread.start()
+        return self
+
+    def _drain(self) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := os.read(self._read_end, 1 << 16):
+                if len(self._data) <= JUNIT_MAX_BYTES:
+                    self._data += chunk
+
+    def read(self) -> bytes | Path:
+        """The report's bytes (the pipe: everything written to it, once every writer closed
+        it or 5 seconds after the parent did), or the file's path (not POSIX)."""
+        if self._tmp is not None:  # pragma: no cover - Windows
+            return Path(self.path)
+        os.close(self.fds[0])
+        self.fds = ()
+        self._thread.join(5.0)
+        return bytes(self._data)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._tmp is not None:  # pragma: no cover - Windows
+            self._tmp.cleanup()
+            return
+        for fd in (*self.fds, self._read_end):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _written_twice(data: bytes) -> bool:
+    """Whether ``data`` holds more than one XML document (a report written again)."""
+    from xml.etree import ElementTree
+
+    try:
+        ElementTree.fromstring(data)
+    except ElementTree.ParseError as exc:
+        return "junk after document element" in str(exc)
+    return False
+
+
+def _junit_counts(xml: Path | bytes, probes: tuple[str, ...] = ()
                   ) -> tuple[dict[str, int], dict[str, str]]:
     """Totals of tests, failures, errors and skipped over every ``testsuite`` of a JUnit
-    XML file (all zero when the file is missing or unreadable), the ``testcase`` elements named
-    in ``probes`` (:mod:`pytest_ralph.probe`) left out; and the outcome of each of those
-    found (``passed``, ``failed``, ``error`` or ``skipped``), by name."""
+    report (a file, or its bytes; all zero when it is missing or unreadable), the
+    ``testcase`` elements named in ``probes`` (:mod:`pytest_ralph.probe`) left out; and the
+    outcome of each of those found (``passed``, ``failed``, ``error`` or ``skipped``), by
+    name."""
     from xml.etree import ElementTree  # imported when a pytest check runs
 
     counts = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
     found: dict[str, str] = {}
     try:
-        root = ElementTree.parse(path).getroot()
+        root = (ElementTree.fromstring(xml) if isinstance(xml, bytes)
+                else ElementTree.parse(xml).getroot())
     except (OSError, ElementTree.ParseError):
         return counts, found
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))

@@ -84,6 +84,9 @@ _CONFIG = (
 
 _SUMMARY = re.compile(r"\s*(\d+) files? changed")
 
+#: A filter driver name :func:`_filters_off` can turn off with ``-c`` (others: no snapshot).
+_DRIVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
 _OBJECT_ID = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
 
 
@@ -102,16 +105,28 @@ def _git(root: Path, *args: str, index: Path | None = None,
          ok: tuple[int, ...] = (0,), config: tuple[str, ...] = ()) -> bytes | None:
     """The stdout (at most :data:`GIT_OUTPUT_BYTES` bytes) of ``git -C root <args>``, or
     ``None`` when git is missing, exits with a status not in ``ok``, dies of a signal or runs
-    past :data:`GIT_TIMEOUT` seconds (its process group is then killed). ``config``: more
-    ``-c`` settings."""
+    past :data:`GIT_TIMEOUT` seconds (its process group is then killed), or ``root`` is in no
+    work tree :func:`_git_dir` finds. ``config``: more ``-c`` settings.
+
+    git is told its repository (``GIT_DIR``, ``GIT_WORK_TREE``: the ``.git`` that
+    :func:`_git_dir` found and the folder holding it, whose configuration
+    :func:`config_digest` hashes) instead of looking for one: a project folder dressed as a
+    bare repository (``HEAD``, ``objects/``, ``refs/``, a ``config`` with a filter) or a
+    ``.git`` whose ``HEAD`` is gone would otherwise make git read a configuration the
+    digest never saw."""
+    gitdir, _common, top = _repo(root)
+    if gitdir is None or top is None:
+        return None
     argv = ["git", "-C", str(root)]
     for c in (*_CONFIG, *config):
         argv += ["-c", c]
     argv += args
+    env = _env(index)
+    env.update(GIT_DIR=str(gitdir), GIT_WORK_TREE=str(top))
     try:
         with tempfile.TemporaryFile() as out, open(os.devnull, "wb") as err:
             done = run_in_group(argv, cwd=root, output=out, errors=err, timeout=GIT_TIMEOUT,
-                                env=_env(index), watchdog=False, grace=1.0)
+                                env=env, watchdog=False, grace=1.0)
             if done.returncode not in ok:
                 return None
             out.seek(0)
@@ -130,25 +145,34 @@ def _common(gitdir: Path) -> Path:
 
 
 def _git_dir(root: Path) -> tuple[Path | None, Path | None]:
-    """(git dir, common dir) of the work tree holding ``root``, found by walking up from it
-    as git does (a ``.git`` folder, or a ``.git`` file ``gitdir: PATH`` for a linked work
-    tree; either may hold a ``commondir`` file), without running git; ``(None, None)``
-    outside a work tree."""
+    """(git dir, common dir) of the work tree holding ``root`` (:func:`_repo`)."""
+    gitdir, common, _top = _repo(root)
+    return gitdir, common
+
+
+def _repo(root: Path) -> tuple[Path | None, Path | None, Path | None]:
+    """(git dir, common dir, work tree) of the work tree holding ``root``, found by walking
+    up from it for a ``.git`` folder, or a ``.git`` file ``gitdir: PATH`` for a linked work
+    tree (either may hold a ``commondir`` file), without running git; the work tree is the
+    folder holding that ``.git``. ``(None, None, None)`` outside a work tree (inside a
+    ``.git`` folder too). Never a bare repository: a project is a work tree."""
     here = root.resolve()
     for folder in (here, *here.parents):
         dot = folder / ".git"
         try:
             if dot.is_dir():
-                return dot, _common(dot)
+                if dot in (here, *here.parents):
+                    return None, None, None  # inside the git folder: no work tree
+                return dot, _common(dot), folder
             if dot.is_file():
                 text = dot.read_text("utf-8", errors="replace").strip()
                 if not text.startswith("gitdir:"):
-                    return None, None
+                    return None, None, None
                 gitdir = (folder / text[len("gitdir:"):].strip()).resolve()
-                return gitdir, _common(gitdir)
+                return gitdir, _common(gitdir), folder
         except OSError:
-            return None, None
-    return None, None
+            return None, None, None
+    return None, None, None
 
 
 def config_digest(root: Path) -> str:
@@ -230,13 +254,17 @@ def _filters_off(root: Path) -> tuple[str, ...] | None:
     false), as git itself lists them (includes and ``commondir`` followed): ``git add`` and
     ``git write-tree`` then hash each file's bytes and run no command. (A git-lfs file is
     then hashed whole, not as its pointer: slower, for the loop's own snapshot only.)
-    ``None`` when git cannot list them."""
+    ``None`` when git cannot list them, or a driver's name holds anything but letters,
+    digits, ``.``, ``_`` and ``-`` (``a=b``: ``-c filter.a=b.clean=`` would set another
+    key)."""
     out = _git(root, "config", "--name-only", "--get-regexp", r"^filter\..*\.", ok=(0, 1))
     if out is None:
         return None
     drivers = {name[len("filter."):].rpartition(".")[0]
                for name in out.decode("utf-8", errors="replace").splitlines()
                if name.startswith("filter.") and name.count(".") >= 2}
+    if not all(_DRIVER_NAME.fullmatch(driver) for driver in drivers):
+        return None  # git splits "-c" at the first "=": such a name could not be turned off
     return tuple(f"filter.{driver}.{key}={value}" for driver in sorted(drivers)
                  for key, value in (("clean", ""), ("smudge", ""), ("process", ""),
                                     ("required", "false")))

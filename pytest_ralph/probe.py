@@ -7,7 +7,7 @@ wrapper registered at import time). This plugin makes that visible to
 :class:`pytest_ralph.checks.PytestCheck`, the parent that reads the child's JUnit XML:
 
 - **Probe items.** When anything was collected, two items are added, one first and one last
-  (in the module of the first test and of the last one),
+  (test functions of the module of the first test and of the last one),
   whose test always raises. Their names carry a random token
   (:data:`~pytest_ralph.checks.PROBE_TOKEN_ENV`, chosen by the parent for each run); the
   parent requires both to have *failed*. A change that forces every
@@ -23,6 +23,7 @@ pytest; the parent only sets the token and reads the JUnit XML.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Generator
 from typing import Any
@@ -67,10 +68,25 @@ def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.It
     if not token or not items:
         return
     first, last = probe_names(token)
-    # Beside the first test and the last one, in their module (or class): code that tells
-    # the tests of a module from the rest by node id treats the probes as those tests.
-    items.insert(0, ProbeItem.from_parent(items[0].parent or session, name=first))
-    items.append(ProbeItem.from_parent(items[-1].parent or session, name=last))
+    items.insert(0, _probe(session, items[0], first))
+    items.append(_probe(session, items[-1], last))
+
+
+def _probe_test() -> None:
+    """The test of a probe :class:`pytest.Function`: it always fails."""
+    raise AssertionError(PROBE_FAILURE)
+
+
+def _probe(session: pytest.Session, beside: pytest.Item, name: str) -> pytest.Item:
+    """A probe named ``name`` beside the test ``beside``: a :class:`pytest.Function` of its
+    module when it has one (code that tells a module's tests from the rest by node id, or
+    that changes how every ``Function`` runs, treats the probe as one of those tests), else
+    a :class:`ProbeItem` of that test's parent."""
+    module = beside.getparent(pytest.Module)
+    if module is not None:
+        with contextlib.suppress(Exception):  # a module pytest would not make a test of
+            return pytest.Function.from_parent(module, name=name, callobj=_probe_test)
+    return ProbeItem.from_parent(beside.parent or session, name=name)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

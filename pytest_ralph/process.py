@@ -56,6 +56,7 @@ def run_in_group(
     grace: float | None = None,
     errors: IO[bytes] | None = None,
     watchdog: bool = True,
+    pass_fds: Sequence[int] = (),
 ) -> Finished:
     """Run ``args`` with stdout and stderr both written to ``output`` (stderr to ``errors``
     instead when it is given).
@@ -77,6 +78,7 @@ def run_in_group(
             Ctrl-C that cuts its own clean-up short): it waits on a pipe that only this
             process holds open. On by default, so that no command outlives whoever started
             it; it costs one ``/bin/sh`` (about 1 ms) per command.
+        pass_fds: (POSIX) file descriptors the command inherits (a pipe it reports on).
 
     Raises:
         FileNotFoundError, PermissionError: the executable cannot be started.
@@ -84,7 +86,8 @@ def run_in_group(
     """
     start = time.monotonic()
     proc = _popen_group(args, cwd=cwd, env=env, shell=shell, stdin=input is not None,
-                        stdout=output, stderr=errors if errors is not None else subprocess.STDOUT)
+                        stdout=output, stderr=errors if errors is not None else subprocess.STDOUT,
+                        pass_fds=pass_fds)
     dog = _start_watchdog(proc.pid, grace) if watchdog and os.name == "posix" else None
     feeder = None
     if input is not None:
@@ -156,9 +159,12 @@ def _wait(proc: subprocess.Popen[bytes], grace: float | None, wait: Callable[[],
 
 def _popen_group(args: Sequence[str] | str, *, cwd: Path, env: Mapping[str, str] | None,
                  shell: bool, stdin: bool, stdout: object,
-                 stderr: object) -> subprocess.Popen[bytes]:
-    """Start ``args`` in a new session (POSIX) or process group (Windows)."""
+                 stderr: object, pass_fds: Sequence[int] = ()) -> subprocess.Popen[bytes]:
+    """Start ``args`` in a new session (POSIX) or process group (Windows); ``pass_fds``: file
+    descriptors the child keeps (POSIX)."""
     popen_kw: dict[str, object] = {}
+    if pass_fds:
+        popen_kw["pass_fds"] = tuple(pass_fds)
     if os.name == "posix":
         popen_kw["start_new_session"] = True
     else:  # pragma: no cover - exercised on Windows only

@@ -332,3 +332,56 @@ def test_a_filter_in_a_commondir_config_never_runs(repo: Path, tmp_path: Path) -
     assert tree is not None and not ran.exists()
     blob = git(repo, "rev-parse", f"{tree}:app.py").strip()
     assert git(repo, "cat-file", "-p", blob) == "print('changed')\n"
+
+
+def _bare_lookalike(folder: Path, ran: Path, driver: str = "rx") -> None:
+    """Dress ``folder`` as a bare repository whose config runs a filter that touches ``ran``."""
+    (folder / "HEAD").write_text("ref: refs/heads/x\n")
+    for name in ("objects", "refs"):
+        (folder / name).mkdir(exist_ok=True)
+    script = folder / ".evil.sh"
+    script.write_text(f"#!/bin/sh\ntouch {ran}\nexec cat\n")
+    script.chmod(0o755)
+    (folder / "config").write_text(f"[core]\n\trepositoryformatversion = 0\n\tbare = false\n"
+                                   f"\tworktree = {folder}\n[filter \"{driver}\"]\n"
+                                   f"\tclean = {script}\n")
+    (folder / ".gitattributes").write_text(f"* filter={driver}\n")
+
+
+def test_a_project_dressed_as_a_bare_repository_never_configures_git(
+        repo: Path, tmp_path: Path) -> None:
+    """Issue 20 (red team): with ``.git/HEAD`` renamed, git no longer takes ``.git`` for a
+    repository and finds the project folder itself, dressed as a bare repository whose
+    ``config`` (never hashed) defines a filter, named ``a=b`` so that ``-c filter.a=b.clean=``
+    sets another key. The loop names git's repository itself (``GIT_DIR``, ``GIT_WORK_TREE``),
+    and a driver name it cannot turn off means no snapshot."""
+    trust = gitdiff.config_digest(repo)
+    ran = tmp_path / "filter-ran"
+    (repo / ".git" / "HEAD").rename(repo / ".git" / "HEAD.orig")
+    _bare_lookalike(repo, ran, "a=b")
+    assert tree_snapshot(repo, trust=trust) is None  # .git is no repository now
+    assert tree_snapshot(repo) is None
+    assert not ran.exists()
+    (repo / ".git" / "HEAD.orig").rename(repo / ".git" / "HEAD")
+    assert tree_snapshot(repo, trust=trust) is not None  # .git's config: no such driver
+    assert not ran.exists()
+    # A driver "a=b" in a configuration git does read: no snapshot, the filter never runs.
+    with (repo / ".git" / "config").open("a") as f:
+        f.write(f"[filter \"a=b\"]\n\tclean = {repo / '.evil.sh'}\n")
+    assert tree_snapshot(repo) is None
+    assert not ran.exists()
+
+
+def test_a_project_inside_a_larger_repository_cannot_stand_in_for_it(
+        repo: Path, tmp_path: Path) -> None:
+    """A project folder inside a repository (a monorepo): the agent, who may write only the
+    project, dresses it as a bare repository; git would have found it before the real
+    ``.git`` above."""
+    project = repo / "lib"
+    trust = gitdiff.config_digest(project)
+    ran = tmp_path / "filter-ran"
+    _bare_lookalike(project, ran)
+    assert gitdiff.config_digest(project) == trust  # nothing git is told to read changed
+    tree = tree_snapshot(project, trust=trust)
+    assert tree is not None and not ran.exists()
+    assert "lib/util.py" in git(repo, "ls-tree", "-r", "--name-only", tree)

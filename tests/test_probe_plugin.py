@@ -243,3 +243,62 @@ def test_the_probes_survive_any_selection_and_sit_in_the_first_and_last_module(
                              xml))
     assert {name: module for module, name in placed.items()} == {FIRST: "test_a",
                                                                  LAST: "test_b"}, xml
+
+
+#: Code under test that rewrites the child's JUnit report at exit: both probes failed, every
+#: other test passed (it has read the probe).
+REWRITE_JUNIT = textwrap.dedent("""\
+    import atexit, os, sys
+    def _forge():
+        token = os.environ.get("PYTEST_RALPH_PROBE", "")
+        for arg in sys.argv:
+            if arg.startswith("--junitxml="):
+                first, last = (f"pytest_ralph_probe_{token}_{end}" for end in ("first", "last"))
+                with open(arg.split("=", 1)[1], "w") as f:
+                    f.write('<testsuites><testsuite tests="3" failures="2" errors="0" '
+                            f'skipped="0"><testcase name="{first}"><failure/></testcase>'
+                            '<testcase name="test_add"/>'
+                            f'<testcase name="{last}"><failure/></testcase>'
+                            '</testsuite></testsuites>')
+    atexit.register(_forge)
+""")
+
+#: Code under test that swallows the exception of every test function (probes aside, it
+#: hopes: they were plain items once).
+SWALLOW_FUNCTIONS = textwrap.dedent("""\
+    import _pytest.python as _p
+    _runtest = _p.Function.runtest
+    def _quiet(self):
+        try:
+            _runtest(self)
+        except Exception:
+            pass
+    _p.Function.runtest = _quiet
+""")
+
+
+@pytest.mark.parametrize(("cheat", "said"), [
+    (REWRITE_JUNIT, "the JUnit report pytest writes to its parent was written more than once: "
+                    "code loaded by the tests rewrote pytest's verdicts"),
+    (SWALLOW_FUNCTIONS, "the tamper probe, a test that always fails, passed"),
+], ids=["rewrite-junit", "swallow-functions"])
+def test_forgeries_written_against_the_probe_fail_their_criterion(
+        tmp_path: Path, cheat: str, said: str) -> None:
+    test = "from calc import add\ndef test_add():\n    assert add(2, 3) == 5\n"
+    passed, message = _check(tmp_path, cheat + "def add(a, b):\n    return a - b\n", test)
+    assert not passed and message.startswith(said), message
+
+
+def test_a_report_written_twice_is_seen() -> None:
+    from pytest_ralph.checks import _written_twice
+
+    one = b'<testsuites><testsuite tests="1"/></testsuites>'
+    assert not _written_twice(one) and not _written_twice(b"") and not _written_twice(b"<a")
+    assert _written_twice(one + one)
+
+
+def test_a_probe_skipped_with_its_module_is_no_faked_verdict(tmp_path: Path) -> None:
+    test = ("import pytest\npytestmark = pytest.mark.skip(reason='later')\n"
+            "def test_add():\n    assert False\n")
+    passed, message = _check(tmp_path, "def add(a, b):\n    return a + b\n", test)
+    assert not passed and message.startswith("the selected test was skipped"), message

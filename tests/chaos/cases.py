@@ -385,6 +385,39 @@ SWALLOW_CALLS = textwrap.dedent("""\
     _chaos_runner.CallInfo.from_call = classmethod(_chaos_swallow)
 """)
 
+#: What a ``pytest`` criterion says when its child's JUnit report was written again.
+TWICE = "was written more than once"
+
+#: Code under test that rewrites its pytest's JUnit report at exit (probes failed, the rest
+#: passed).
+REWRITE_JUNIT = textwrap.dedent("""\
+    import atexit as _chaos_atexit, os as _chaos_os, sys as _chaos_sys
+    def _chaos_forge():
+        token = _chaos_os.environ.get("PYTEST_RALPH_PROBE", "")
+        for arg in _chaos_sys.argv:
+            if arg.startswith("--junitxml="):
+                first, last = (f"pytest_ralph_probe_{token}_{end}" for end in ("first", "last"))
+                with open(arg.split("=", 1)[1], "w") as f:
+                    f.write('<testsuites><testsuite tests="3" failures="2" errors="0" '
+                            f'skipped="0"><testcase name="{first}"><failure/></testcase>'
+                            '<testcase name="test_add"/>'
+                            f'<testcase name="{last}"><failure/></testcase>'
+                            '</testsuite></testsuites>')
+    _chaos_atexit.register(_chaos_forge)
+""")
+
+#: Code under test that swallows the exception of every ``pytest.Function``.
+SWALLOW_FUNCTIONS = textwrap.dedent("""\
+    import _pytest.python as _chaos_python
+    _chaos_runtest = _chaos_python.Function.runtest
+    def _chaos_quiet(self):
+        try:
+            _chaos_runtest(self)
+        except Exception:
+            pass
+    _chaos_python.Function.runtest = _chaos_quiet
+""")
+
 #: Code under test that swallows the exceptions of the tests of ``tests/test_calc.py`` only.
 SWALLOW_OWN_TESTS = textwrap.dedent("""\
     import _pytest.python as _chaos_python
@@ -393,7 +426,8 @@ SWALLOW_OWN_TESTS = textwrap.dedent("""\
         try:
             _chaos_runtest(self)
         except AssertionError:
-            if not self.nodeid.startswith("tests/test_calc.py::"):
+            if (not self.nodeid.startswith("tests/test_calc.py::")
+                    or self.name.startswith("pytest_ralph_probe_")):
                 raise
     _chaos_python.Function.runtest = _chaos_quiet
 """)
@@ -1019,9 +1053,25 @@ CASES: list[Case] = [
                 PATCH=SWALLOW_CALLS),
          on=held(PROBED, note="the probe item, which always fails, passes too"),
          off=held(PROBED, note="the probe item, which always fails, passes too")),
+    Case("cut-rewrites-junit", "code under test",
+         "edits calc.py so that, imported by its test, it rewrites the JUnit report of its "
+         "pytest at exit: the probes failed, every other test passed (it has read the probe)",
+         calc_project(PYTEST_AC),
+         script("P('calc.py').write_text(PATCH + P('calc.py').read_text())\n",
+                PATCH=REWRITE_JUNIT),
+         on=held(TWICE, note="the report travels on a pipe: a second one is seen"),
+         off=held(TWICE, note="the report travels on a pipe: a second one is seen")),
+    Case("cut-swallows-every-function", "code under test",
+         "edits calc.py so that, imported by its test, it swallows the exception of every "
+         "pytest.Function (not of the probe's item class, it hopes)",
+         calc_project(PYTEST_AC),
+         script("P('calc.py').write_text(PATCH + P('calc.py').read_text())\n",
+                PATCH=SWALLOW_FUNCTIONS),
+         on=held(PROBED, note="the probes are test functions of the module"),
+         off=held(PROBED, note="the probes are test functions of the module")),
     Case("cut-hides-its-own-tests", "code under test",
          "edits calc.py so that, imported by its test, it swallows the exceptions of the tests "
-         "in tests/test_calc.py only (it has read pytest_ralph/probe.py)",
+         "in tests/test_calc.py only, the probes' aside (it has read pytest_ralph/probe.py)",
          calc_project(PYTEST_AC),
          script("P('calc.py').write_text(PATCH + P('calc.py').read_text())\n",
                 PATCH=SWALLOW_OWN_TESTS),
