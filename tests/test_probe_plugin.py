@@ -302,3 +302,33 @@ def test_a_probe_skipped_with_its_module_is_no_faked_verdict(tmp_path: Path) -> 
             "def test_add():\n    assert False\n")
     passed, message = _check(tmp_path, "def add(a, b):\n    return a + b\n", test)
     assert not passed and message.startswith("the selected test was skipped"), message
+
+
+def test_tests_outside_python_modules_get_plain_probe_items_beside_them(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plugin's own test files (here ``*.check`` files of a conftest.py): no module to put a
+    test function in, so the probes are plain items of the same file, failing with one line."""
+    monkeypatch.setenv(PROBE_TOKEN_ENV, TOKEN)
+    pytester.makeconftest(textwrap.dedent("""\
+        import pytest
+        class CheckFile(pytest.File):
+            def collect(self):
+                yield CheckItem.from_parent(self, name="holds")
+        class CheckItem(pytest.Item):
+            def runtest(self):
+                assert self.path.read_text().strip() == "ok"
+        def pytest_collect_file(file_path, parent):
+            if file_path.suffix == ".check":
+                return CheckFile.from_parent(parent, path=file_path)
+    """))
+    (pytester.path / "a.check").write_text("ok\n")
+    result, probes, counts = _run(pytester, "-rA")
+    assert result.ret == 1 and counts == {"tests": 1, "failures": 0, "errors": 0, "skipped": 0}
+    assert probes == {FIRST: "failed", LAST: "failed"}
+    from xml.etree import ElementTree
+
+    cases = ElementTree.parse(pytester.path / "junit.xml").getroot().iter("testcase")
+    probe_cases = [case for case in cases if TOKEN in case.get("name", "")]
+    assert [case.get("classname") for case in probe_cases] == ["a.check", "a.check"]
+    assert [case.find("failure").get("message") for case in probe_cases  # type: ignore[union-attr]
+            ] == [PROBE_FAILURE, PROBE_FAILURE]
