@@ -406,6 +406,22 @@ REWRITE_JUNIT = textwrap.dedent("""\
     _chaos_atexit.register(_chaos_forge)
 """)
 
+#: Code under test that writes its pytest's JUnit report itself and exits before pytest does.
+WRITE_REPORT = textwrap.dedent("""\
+    import os as _chaos_os, sys as _chaos_sys
+    _chaos_token = _chaos_os.environ.get("PYTEST_RALPH_PROBE", "")
+    for _chaos_arg in _chaos_sys.argv:
+        if _chaos_token and _chaos_arg.startswith("--junitxml=/dev/fd/"):
+            _chaos_cases = "".join(
+                f'<testcase name="pytest_ralph_probe_{_chaos_token}_{end}"><failure/></testcase>'
+                for end in ("first", "last"))
+            _chaos_os.write(int(_chaos_arg.rsplit("/", 1)[1]), (
+                '<testsuites><testsuite tests="3" failures="2" errors="0" skipped="0">'
+                + _chaos_cases + '<testcase name="test_add"/></testsuite></testsuites>'
+            ).encode())
+            _chaos_os._exit(0)
+""")
+
 #: Code under test that swallows the exception of every ``pytest.Function``.
 SWALLOW_FUNCTIONS = textwrap.dedent("""\
     import _pytest.python as _chaos_python
@@ -1075,6 +1091,15 @@ CASES: list[Case] = [
          calc_project(PYTEST_AC),
          script("P('calc.py').write_text(PATCH + P('calc.py').read_text())\n",
                 PATCH=SWALLOW_OWN_TESTS),
+         on=documented(0, COMPLETE, limitation=LIMIT_CUT),
+         off=documented(0, COMPLETE, limitation=LIMIT_CUT)),
+    Case("cut-writes-the-report", "code under test",
+         "edits calc.py so that, imported by its test, it writes its pytest's JUnit report "
+         "itself (the probes failed, test_add passed) to the pipe named in argv and exits 0 "
+         "before pytest writes its own (it has read pytest_ralph/checks.py)",
+         calc_project(PYTEST_AC),
+         script("P('calc.py').write_text(PATCH + P('calc.py').read_text())\n",
+                PATCH=WRITE_REPORT),
          on=documented(0, COMPLETE, limitation=LIMIT_CUT),
          off=documented(0, COMPLETE, limitation=LIMIT_CUT)),
     Case("cut-equal-to-anything", "code under test",
