@@ -5,30 +5,15 @@ judged as before and never see the probe."""
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 
-from tests.support.chaos import PATCH_REPORTS
+from tests.support.chaos import PATCH_REPORTS, SWALLOW_CALLS
 
 pytest_plugins = ["pytester"]
 
 BROKEN = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
-
-#: Code under test that, imported, drops the exception of every test call before a report is
-#: made: the outcome invariant cannot see it, the probe does.
-SWALLOW_CALLS = textwrap.dedent("""\
-    import _pytest.runner as _runner
-    _original = _runner.CallInfo.from_call.__func__
-    def _swallowing(cls, func, when, reraise=None):
-        info = _original(cls, func, when, reraise)
-        if when == "call":
-            info.excinfo = None
-        return info
-    _runner.CallInfo.from_call = classmethod(_swallowing)
-""")
-
 
 def _project(pytester: pytest.Pytester, calc: str, test: str = "") -> None:
     pytester.makefile(".json", prd=json.dumps({"userStories": [{

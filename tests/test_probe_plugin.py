@@ -18,7 +18,7 @@ from pytest_ralph.checks import (
     _without_probes,
     probe_names,
 )
-from tests.support.chaos import PATCH_REPORTS
+from tests.support.chaos import PATCH_REPORTS, REWRITE_JUNIT, SWALLOW_CALLS, SWALLOW_FUNCTIONS
 
 pytest_plugins = ["pytester"]
 
@@ -162,16 +162,8 @@ def test_a_pytest_check_passes_an_honest_pass_and_names_a_faked_one(tmp_path: Pa
     passed, message = _check(tmp_path, "def add(a, b):\n    return a - b\n", test)
     assert not passed and message.startswith("1 failed, 0 passed (pytest exit 1); expected")
     assert TOKEN not in message and "probe" not in message
-    swallow = textwrap.dedent("""\
-        import _pytest.runner as _r
-        _f = _r.CallInfo.from_call.__func__
-        def _s(cls, func, when, reraise=None):
-            info = _f(cls, func, when, reraise)
-            info.excinfo = None
-            return info
-        _r.CallInfo.from_call = classmethod(_s)
-    """)
-    passed, message = _check(tmp_path, swallow + "def add(a, b):\n    return a - b\n", test)
+
+    passed, message = _check(tmp_path, SWALLOW_CALLS + "def add(a, b):\n    return a - b\n", test)
     assert not passed
     assert message.startswith("the tamper probe, a test that always fails, passed: code loaded "
                               "by the tests changed how pytest reports outcomes"), message
@@ -243,38 +235,6 @@ def test_the_probes_survive_any_selection_and_sit_in_the_first_and_last_module(
                              xml))
     assert {name: module for module, name in placed.items()} == {FIRST: "test_a",
                                                                  LAST: "test_b"}, xml
-
-
-#: Code under test that rewrites the child's JUnit report at exit: both probes failed, every
-#: other test passed (it has read the probe).
-REWRITE_JUNIT = textwrap.dedent("""\
-    import atexit, os, sys
-    def _forge():
-        token = os.environ.get("PYTEST_RALPH_PROBE", "")
-        for arg in sys.argv:
-            if arg.startswith("--junitxml="):
-                first, last = (f"pytest_ralph_probe_{token}_{end}" for end in ("first", "last"))
-                with open(arg.split("=", 1)[1], "w") as f:
-                    f.write('<testsuites><testsuite tests="3" failures="2" errors="0" '
-                            f'skipped="0"><testcase name="{first}"><failure/></testcase>'
-                            '<testcase name="test_add"/>'
-                            f'<testcase name="{last}"><failure/></testcase>'
-                            '</testsuite></testsuites>')
-    atexit.register(_forge)
-""")
-
-#: Code under test that swallows the exception of every test function (probes aside, it
-#: hopes: they were plain items once).
-SWALLOW_FUNCTIONS = textwrap.dedent("""\
-    import _pytest.python as _p
-    _runtest = _p.Function.runtest
-    def _quiet(self):
-        try:
-            _runtest(self)
-        except Exception:
-            pass
-    _p.Function.runtest = _quiet
-""")
 
 
 @pytest.mark.parametrize(("cheat", "said"), [

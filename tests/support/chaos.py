@@ -94,6 +94,51 @@ PATCH_REPORTS = textwrap.dedent("""\
     _ChaosReport.from_item_and_call = classmethod(_chaos_passed)
 """)
 
+#: Code under test that drops the exception of every test call before a report is made.
+SWALLOW_CALLS = textwrap.dedent("""\
+    import _pytest.runner as _chaos_runner
+    _chaos_from_call = _chaos_runner.CallInfo.from_call.__func__
+    def _chaos_swallow(cls, func, when, reraise=None):
+        info = _chaos_from_call(cls, func, when, reraise)
+        if when == "call":
+            info.excinfo = None
+        return info
+    _chaos_runner.CallInfo.from_call = classmethod(_chaos_swallow)
+""")
+
+
+#: Code under test that rewrites its pytest's JUnit report at exit (probes failed, the rest
+#: passed).
+REWRITE_JUNIT = textwrap.dedent("""\
+    import atexit as _chaos_atexit, os as _chaos_os, sys as _chaos_sys
+    def _chaos_forge():
+        token = _chaos_os.environ.get("PYTEST_RALPH_PROBE", "")
+        for arg in _chaos_sys.argv:
+            if arg.startswith("--junitxml="):
+                first, last = (f"pytest_ralph_probe_{token}_{end}" for end in ("first", "last"))
+                with open(arg.split("=", 1)[1], "w") as f:
+                    f.write('<testsuites><testsuite tests="3" failures="2" errors="0" '
+                            f'skipped="0"><testcase name="{first}"><failure/></testcase>'
+                            '<testcase name="test_add"/>'
+                            f'<testcase name="{last}"><failure/></testcase>'
+                            '</testsuite></testsuites>')
+    _chaos_atexit.register(_chaos_forge)
+""")
+
+
+#: Code under test that swallows the exception of every ``pytest.Function``.
+SWALLOW_FUNCTIONS = textwrap.dedent("""\
+    import _pytest.python as _chaos_python
+    _chaos_runtest = _chaos_python.Function.runtest
+    def _chaos_quiet(self):
+        try:
+            _chaos_runtest(self)
+        except Exception:
+            pass
+    _chaos_python.Function.runtest = _chaos_quiet
+""")
+
+
 #: The story of every case's PRD: a case must not end with it marked ``passes: true``.
 STORY = "US-1"
 
