@@ -695,7 +695,7 @@ def case_p6(ctx: Context) -> list[Result]:
     loop armed by another session, vs a bare ``python -c pass`` (interleaved, medians).
     (a) also fails when the hook imported a heavy module (pytest, jsonschema, yaml,
     sqlite3). Target: median <= 0.1 s (about 2x the bare interpreter)."""
-    from pytest_ralph.claude_settings import SAFE_PATH_FLAG
+    from pytest_ralph.claude.settings_file import SAFE_PATH_FLAG
 
     runs = ctx.reps(ctx.sizes.p6_runs)
     env = {k: v for k, v in ctx.env.items() if k != "PYTEST_RALPH_CONTROLLER"}
@@ -824,14 +824,14 @@ def json_floor(path: Path) -> object:
 
 
 def case_p7(ctx: Context) -> list[Result]:
-    """P7: ``pytest_ralph.prd.load_prd`` (read, parse, normalize, validate) of a 1.4 MB
+    """P7: ``pytest_ralph.prd.load.load_prd`` (read, parse, normalize, validate) of a 1.4 MB
     PRD, in this process, vs reading the same file and parsing it bare: (a) JSON vs
     ``json.loads``, target ratio <= 1.5; (b) YAML vs the pure-Python ``yaml.safe_load``,
     target ratio <= 0.5 (the product should use libyaml's C loader when it is there).
     Interleaved, a warm-up run each, garbage collector off while timing, medians."""
     import yaml
 
-    from pytest_ralph.prd import load_prd
+    from pytest_ralph.prd.load import load_prd
 
     reps = ctx.reps(ctx.sizes.p7_reps)
     folder = ctx.root / "p7"

@@ -15,28 +15,28 @@ __all__ = ["GO_ON", "PRD", "Check", "CheckResult", "Criterion", "HookError", "Lo
            "load_prd"]
 
 _LAZY = {
-    "PRD": "pytest_ralph.model",
-    "Criterion": "pytest_ralph.model",
-    "Story": "pytest_ralph.model",
-    "PRDError": "pytest_ralph.prd",
-    "Problem": "pytest_ralph.prd",
-    "load_prd": "pytest_ralph.prd",
-    "Check": "pytest_ralph.checks",
-    "CheckResult": "pytest_ralph.checks",
-    "GO_ON": "pytest_ralph.loophooks",
-    "HookError": "pytest_ralph.loophooks",
-    "LoopHooks": "pytest_ralph.loophooks",
-    "StopContext": "pytest_ralph.loophooks",
-    "StopDecision": "pytest_ralph.loophooks",
+    "PRD": "pytest_ralph.prd.model",
+    "Criterion": "pytest_ralph.prd.model",
+    "Story": "pytest_ralph.prd.model",
+    "PRDError": "pytest_ralph.prd.load",
+    "Problem": "pytest_ralph.prd.load",
+    "load_prd": "pytest_ralph.prd.load",
+    "Check": "pytest_ralph.checks.kinds",
+    "CheckResult": "pytest_ralph.checks.kinds",
+    "GO_ON": "pytest_ralph.loop.hooks",
+    "HookError": "pytest_ralph.loop.hooks",
+    "LoopHooks": "pytest_ralph.loop.hooks",
+    "StopContext": "pytest_ralph.loop.hooks",
+    "StopDecision": "pytest_ralph.loop.hooks",
 }
 
 if TYPE_CHECKING:
     from typing import Any
 
-    from .checks import Check, CheckResult
-    from .loophooks import GO_ON, HookError, LoopHooks, StopContext, StopDecision
-    from .model import PRD, Criterion, Story
-    from .prd import PRDError, Problem, load_prd
+    from .checks.kinds import Check, CheckResult
+    from .loop.hooks import GO_ON, HookError, LoopHooks, StopContext, StopDecision
+    from .prd.load import PRDError, Problem, load_prd
+    from .prd.model import PRD, Criterion, Story
 
 
 def __getattr__(name: str) -> Any:

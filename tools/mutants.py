@@ -485,10 +485,10 @@ def load_config(path: Path) -> Config:
         timeout_factor = 4.0        # optional
         timeout_floor = 30.0        # optional, seconds
         [[target]]
-        path = "pytest_ralph/fingerprint.py"
+        path = "pytest_ralph/checks/fingerprint.py"
         functions = ["Loop._conclude"]          # optional
-        fast = ["tests/test_fingerprint.py"]    # pytest arguments
-        slow = ["tests/test_loop.py", "-k", "breaker"]   # optional
+        fast = ["tests/checks/test_fingerprint.py"]    # pytest arguments
+        slow = ["tests/loop/test_loop.py", "-k", "breaker"]   # optional
         [[target.equivalent]]
         mutant = "normalize_failure: `...` -> `...`"     # a key the tool prints
         why = "..."

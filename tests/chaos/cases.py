@@ -300,8 +300,8 @@ PROBE_SKIP = ("site", "sitecustomize", "usercustomize", "this", "antigravity", "
 CONTROLLER_CONFTEST = f"""\
 import sys
 if "--ralph" in sys.argv:
-    import pytest_ralph.loop as _loop, pytest_ralph.oracle as _oracle
-    import pytest_ralph.results as _results
+    import pytest_ralph.loop.controller as _loop, pytest_ralph.oracle.snapshot as _oracle
+    import pytest_ralph.checks.results as _results
     _loop.compare = _oracle.compare = lambda start, now: []
     _results.CheckResults.complete = property(lambda self: True)
     open({ESCAPED!r}, "a").write("code ran outside the agent, in the controller: "
@@ -372,7 +372,7 @@ def escaped(run: CaseRun) -> None:
 
 PYTEST_AC = {"pytest": "tests/test_calc.py"}
 
-#: What a ``pytest`` criterion says when the tamper probe (pytest_ralph/probe.py) saw pytest's
+#: What a ``pytest`` criterion says when the tamper probe (pytest_ralph/plugin/probe.py) saw pytest's
 #: reports changed.
 PROBED = "changed how pytest reports outcomes"
 
@@ -721,7 +721,7 @@ CASES: list[Case] = [
              save(data)
          """, REEXPORT=REEXPORT, CONTROLLER=(
              "if '--ralph' in _sys.argv:\n"
-             "    import pytest_ralph.results as _results\n"
+             "    import pytest_ralph.checks.results as _results\n"
              "    _results.CheckResults.complete = property(lambda self: True)\n"
              f"    open({ESCAPED!r}, 'a').write('code ran outside the agent, in the "
              "controller\\n')\n")),
@@ -1048,7 +1048,7 @@ CASES: list[Case] = [
          off=held(PROBED, note="the probes are test functions of the module")),
     Case("cut-hides-its-own-tests", "code under test",
          "edits calc.py so that, imported by its test, it swallows the exceptions of the tests "
-         "in tests/test_calc.py only, the probes' aside (it has read pytest_ralph/probe.py)",
+         "in tests/test_calc.py only, the probes' aside (it has read pytest_ralph/plugin/probe.py)",
          calc_project(PYTEST_AC),
          script("P('calc.py').write_text(PATCH + P('calc.py').read_text())\n",
                 PATCH=SWALLOW_OWN_TESTS),
@@ -1057,7 +1057,7 @@ CASES: list[Case] = [
     Case("cut-writes-the-report", "code under test",
          "edits calc.py so that, imported by its test, it writes its pytest's JUnit report "
          "itself (the probes failed, test_add passed) to the pipe named in argv and exits 0 "
-         "before pytest writes its own (it has read pytest_ralph/checks.py)",
+         "before pytest writes its own (it has read pytest_ralph/checks/kinds.py)",
          calc_project(PYTEST_AC),
          script("P('calc.py').write_text(PATCH + P('calc.py').read_text())\n",
                 PATCH=WRITE_REPORT),

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import pytest
 
     from pytest_ralph import Check, Criterion
-    from pytest_ralph.results import CriterionResult
+    from pytest_ralph.checks.results import CriterionResult
 
 KIND = "wordcount"
 #: The fields of a ``wordcount`` criterion's spec (``id`` and ``text`` are not in it).

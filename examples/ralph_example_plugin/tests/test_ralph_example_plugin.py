@@ -19,8 +19,8 @@ import pytest
 import ralph_example_plugin as plugin
 
 from pytest_ralph import CheckResult
-from pytest_ralph.fingerprint import normalize_failure
-from pytest_ralph.results import CriterionResult
+from pytest_ralph.checks.fingerprint import normalize_failure
+from pytest_ralph.checks.results import CriterionResult
 
 #: Whether the plugin is installed (then pytest loads it in every process by itself).
 INSTALLED = any(ep.value == "ralph_example_plugin" for ep in entry_points(group="pytest11"))
@@ -183,7 +183,7 @@ def test_loop_without_the_fingerprint_hook_sees_progress(pytester: pytest.Pytest
     pytester.makeconftest("""
 import pytest
 from pytest_ralph import CheckResult
-from pytest_ralph.fingerprint import normalize_failure
+from pytest_ralph.checks.fingerprint import normalize_failure
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_ralph_fingerprint(result):

@@ -1,0 +1,360 @@
+"""Run the coding agent once: argv (never a shell), prompt on stdin and in a file.
+
+The agent command is a command line split with :func:`shlex.split`; the placeholder
+``{prompt_file}`` in any argument is replaced by the path of the prompt file. The
+agent runs in its own process group; its timeout kills the whole group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from ..claude.arming import CONTROLLER_ENV
+from ..sandbox.bwrap import Confinement, Sandbox, exit_status, wrap
+from ..util.process import read_tail, run_streaming, supervised
+from ..util.redact import Redactor
+
+if TYPE_CHECKING:
+    from .presets import OutputReader, Verdict
+
+#: Outcomes after which the agent is taken to have run properly (the breaker counts them).
+RAN_OUTCOMES = ("ok", "timeout")
+
+#: Every outcome class: ``ok`` exit 0; ``exit-nonzero``; ``timeout`` killed at the timeout;
+#: ``not-found`` the executable is missing; ``crash`` killed by a signal; ``api-error`` and
+#: ``rate-limited`` as the CLI's structured output (or documented stderr format) says.
+OUTCOMES = ("ok", "exit-nonzero", "timeout", "not-found", "crash", "api-error", "rate-limited")
+
+
+
+class AgentCommandError(ValueError):
+    """The agent command is empty, cannot be split, or names an executable that does not exist."""
+
+
+def split_command(command: str) -> list[str]:
+    """Split an agent command line into argv with POSIX shell quoting rules.
+
+    Raises:
+        AgentCommandError: the command is empty or has unbalanced quotes.
+    """
+    try:
+        argv = shlex.split(command, posix=os.name != "nt")
+    except ValueError as exc:
+        raise AgentCommandError(f"cannot split agent command {command!r}: {exc}") from None
+    if not argv:
+        raise AgentCommandError("the agent command is empty")
+    return argv
+
+
+def resolve_executable(argv: Sequence[str], cwd: Path) -> str:
+    """The full path of ``argv[0]``, looked up on PATH (or relative to ``cwd`` if it has a slash).
+
+    Raises:
+        AgentCommandError: no such executable, or a file that is not executable.
+    """
+    exe = argv[0]
+    if os.sep in exe or (os.altsep and os.altsep in exe):
+        candidate = (cwd / exe) if not os.path.isabs(exe) else Path(exe)
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+        if candidate.is_file():
+            raise AgentCommandError(
+                f"agent {exe!r} exists but is not executable (argv {list(argv)!r}); make it "
+                f"executable (chmod +x {exe}) or run it through its interpreter, e.g. "
+                f"`python {exe}`")
+    else:
+        found = shutil.which(exe)
+        if found:
+            return found
+    raise AgentCommandError(f"agent executable not found: {exe!r} (argv {list(argv)!r}); "
+                            "install it, or set --ralph-agent to a command that exists")
+
+
+def render_argv(argv: Sequence[str], prompt_file: Path) -> list[str]:
+    """``argv`` with ``{prompt_file}`` replaced by ``prompt_file`` in every argument."""
+    return [a.replace("{prompt_file}", str(prompt_file)) for a in argv]
+
+
+@dataclass(frozen=True)
+class AgentRun:
+    """One run of the agent.
+
+    Attributes:
+        argv: the argv that was run.
+        outcome: one of :data:`OUTCOMES`.
+        exit_code: the exit status, negative for a signal, ``None`` on timeout or not-found.
+        duration: wall-clock seconds.
+        log_path: file holding the agent's stdout and stderr (secrets redacted).
+        log_tail: the last lines of that log.
+        detail: why the run got its outcome, one line, when the CLI's structured output
+            said (``result is_error: API Error: 500 ...``); ``""`` otherwise.
+        cost_usd: what the run cost in US dollars, when the CLI reports it.
+        input_tokens, output_tokens: tokens used, when the CLI reports them.
+        turns: model turns, when the CLI reports them.
+        reset_at: for ``rate-limited``: when the limit resets (epoch seconds), when stated.
+        retry_after: for ``rate-limited``: seconds to wait, when stated as a duration.
+    """
+
+    argv: tuple[str, ...]
+    outcome: str
+    exit_code: int | None
+    duration: float
+    log_path: Path
+    log_tail: str
+    detail: str = ""
+    cost_usd: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    turns: int | None = None
+    reset_at: float | None = None
+    retry_after: float | None = None
+
+    @property
+    def ran(self) -> bool:
+        """Whether the agent ran properly (its iteration counts for the breaker)."""
+        return self.outcome in RAN_OUTCOMES
+
+    def describe(self) -> str:
+        """One line: ``agent `claude` exit 0 in 212.4 s``."""
+        name = Path(self.argv[0]).name if self.argv else "?"
+        if self.outcome == "timeout":
+            what = "timed out (process group killed)"
+        elif self.outcome == "not-found":
+            what = "not found"
+        elif self.outcome == "crash":
+            what = f"killed by signal {-(self.exit_code or 0)}"
+        elif self.outcome in ("api-error", "rate-limited"):
+            said = f": {self.detail}" if self.detail else ""
+            what = f"{self.outcome} (exit {self.exit_code}{said})"
+        else:
+            what = f"exit {self.exit_code}"
+        usage = self.usage()
+        return f"agent `{name}` {what} in {self.duration:.1f} s" + (
+            f" ({usage})" if usage else "")
+
+    def usage(self) -> str:
+        """What the agent reported: ``$0.0120, 3 turns, 300 in / 60 out tokens``; ``""`` when
+        it reported nothing."""
+        parts = []
+        if self.cost_usd is not None:
+            parts.append(f"${self.cost_usd:.4f}")
+        if self.turns is not None:
+            parts.append(f"{self.turns} turn{'s' if self.turns != 1 else ''}")
+        if self.input_tokens is not None or self.output_tokens is not None:
+            parts.append(f"{self.input_tokens or 0} in / {self.output_tokens or 0} out tokens")
+        return ", ".join(parts)
+
+
+#: Lines of stderr kept for the output reader (each cut to :data:`STDERR_LINE_BYTES`).
+STDERR_TAIL_LINES = 40
+
+#: Bytes of one stderr line kept for the output reader.
+STDERR_LINE_BYTES = 2000
+
+#: Bytes of one stdout line handed to the output reader; a longer line arrives cut.
+MAX_LINE_BYTES = 1024 * 1024
+
+
+class _Lines:
+    """Splits a byte stream into lines, each cut to ``limit`` bytes, handed to ``sink``."""
+
+    def __init__(self, sink: Callable[[bytes], None], limit: int) -> None:
+        self.sink = sink
+        self.limit = limit
+        self.buf = bytearray()
+        self.cut = False
+
+    def feed(self, chunk: bytes) -> None:
+        start = 0
+        while True:
+            nl = chunk.find(b"\n", start)
+            part = chunk[start:] if nl < 0 else chunk[start:nl]
+            if not self.cut:
+                room = self.limit - len(self.buf)
+                self.buf += part[:room]
+                self.cut = len(part) > room
+            if nl < 0:
+                return
+            self.end()
+            start = nl + 1
+
+    def end(self) -> None:
+        line = bytes(self.buf).rstrip(b"\r")
+        self.buf.clear()
+        self.cut = False
+        self.sink(line)
+
+    def close(self) -> None:
+        if self.buf:
+            self.end()
+
+
+#: Bytes of a line's start the agent log holds back, waiting for its end (see
+#: :meth:`_Output._write`); a longer line is written as it comes.
+LOG_PENDING_BYTES = 64 * 1024
+
+
+class _Output:
+    """Where the agent's output goes while it runs: the log file (secrets redacted, stdout
+    and stderr interleaved as they come), stdout lines to the CLI's output reader, and the
+    last lines of stderr. Memory stays bounded whatever the output's size."""
+
+    def __init__(self, log: IO[bytes], reader: OutputReader | None,
+                 redactor: Redactor | None) -> None:
+        self.log = log
+        self.lock = threading.Lock()
+        self.reader = reader
+        self.redact = {name: (redactor.fresh() if redactor else None)
+                       for name in ("out", "err")}
+        self.pending = {"out": b"", "err": b""}
+        self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        self.out_lines = _Lines(self._stdout_line, MAX_LINE_BYTES)
+        self.err_lines = _Lines(self._stderr_line, STDERR_LINE_BYTES)
+
+    def _stdout_line(self, line: bytes) -> None:
+        if self.reader is not None:
+            with contextlib.suppress(Exception):  # a reader must never stop the loop
+                self.reader.feed_stdout(line)
+
+    def _stderr_line(self, line: bytes) -> None:
+        self.stderr_tail.append(line.decode("utf-8", "replace"))
+
+    def _write(self, stream: str, chunk: bytes, *, end: bool = False) -> None:
+        """Write ``chunk`` (redacted) to the log in whole lines, so that stdout and stderr
+        interleave at line ends only: a line's start waits for its end, up to
+        :data:`LOG_PENDING_BYTES` (or ``end``)."""
+        r = self.redact[stream]
+        data = r.stream(chunk) if r is not None else chunk
+        if end and r is not None:
+            data += r.flush()
+        data = self.pending[stream] + data
+        cut = len(data) if end or len(data) > LOG_PENDING_BYTES else data.rfind(b"\n") + 1
+        self.pending[stream] = data[cut:]
+        if cut:
+            with self.lock, contextlib.suppress(OSError, ValueError):
+                self.log.write(data[:cut])
+
+    def stdout(self, chunk: bytes) -> None:
+        self._write("out", chunk)
+        self.out_lines.feed(chunk)
+
+    def stderr(self, chunk: bytes) -> None:
+        self._write("err", chunk)
+        self.err_lines.feed(chunk)
+
+    def close(self) -> None:
+        self.out_lines.close()
+        self.err_lines.close()
+        for stream in ("out", "err"):
+            self._write(stream, b"", end=True)
+
+
+def run_agent(
+    argv: Sequence[str],
+    *,
+    prompt: str,
+    prompt_file: Path,
+    cwd: Path,
+    timeout: float,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    reader: OutputReader | None = None,
+    redactor: Redactor | None = None,
+    sandbox: Sandbox | None = None,
+    confinement: Confinement | None = None,
+) -> AgentRun:
+    """Write ``prompt`` to ``prompt_file``, then run the agent with the prompt on stdin.
+
+    The agent runs confined by ``sandbox`` with ``confinement`` when the sandbox confines
+    (:func:`pytest_ralph.sandbox.bwrap.wrap`: its PID namespace ends every process it started);
+    otherwise under the :data:`pytest_ralph.util.process.SUPERVISOR` (Linux), which stops every
+    process the agent started when it ends, ``setsid`` or not.
+
+    The agent's stdout and stderr are streamed into ``log_path`` while it runs (never held
+    whole in memory); stdout lines also go to ``reader``, the CLI's structured-output
+    reader (:mod:`pytest_ralph.agents.presets`), which classifies the run: an ``api-error`` or
+    ``rate-limited`` verdict wins over the exit code (Claude Code reports an API error with
+    ``is_error: true``, formerly with exit 0). Otherwise exit 0 is ``ok``, a signal
+    ``crash``, any other status ``exit-nonzero``; the timeout gives ``timeout``.
+
+    Args:
+        argv: the agent argv; ``{prompt_file}`` placeholders are replaced.
+        prompt: the prompt text (UTF-8; already redacted by the caller).
+        prompt_file: where the prompt is written.
+        cwd: the agent's working directory.
+        timeout: seconds before the agent's process group is killed.
+        log_path: file that receives the agent's stdout and stderr.
+        env: extra environment variables (on top of ``os.environ`` and
+            ``PYTEST_RALPH_CONTROLLER=1``).
+        reader: the CLI's output reader, or ``None`` to classify by the exit code alone.
+        redactor: replaces secret values in the log, or ``None``.
+        sandbox: the loop's sandbox, or ``None`` (unconfined).
+        confinement: what the agent may write when ``sandbox`` confines (required then).
+
+    Raises:
+        KeyboardInterrupt: after the agent's process group has been killed.
+    """
+    prompt_file.write_text(prompt, encoding="utf-8")
+    full = render_argv(argv, prompt_file)
+    run_env = dict(os.environ)
+    run_env.update(env or {})
+    run_env[CONTROLLER_ENV] = "1"
+    with log_path.open("w+b") as log:
+        sink = _Output(log, reader, redactor)
+        try:
+            if sandbox is not None and sandbox.confined:
+                if confinement is None:
+                    raise ValueError("run_agent: a confining sandbox needs a confinement")
+                exe = (os.path.join(cwd, full[0]) if os.sep in full[0] else
+                       shutil.which(full[0]))
+                if exe is None or not os.path.isfile(exe):
+                    raise FileNotFoundError(2, "No such file or directory", full[0])
+                run_argv = wrap(sandbox, [os.path.abspath(exe), *full[1:]], confinement)
+            else:
+                run_argv = supervised(full, cwd=cwd)
+            finished = run_streaming(run_argv, cwd=cwd, timeout=timeout,
+                                     on_stdout=sink.stdout, on_stderr=sink.stderr,
+                                     input=prompt.encode("utf-8"), env=run_env, watchdog=True)
+            if sandbox is not None and sandbox.confined and not finished.timed_out:
+                finished = replace(finished, returncode=exit_status(finished.returncode))
+        except (FileNotFoundError, PermissionError) as exc:
+            log.write(f"pytest-ralph: cannot start the agent: {exc}\n".encode())
+            return AgentRun(tuple(full), "not-found", None, 0.0, log_path, str(exc))
+        finally:
+            sink.close()
+        with sink.lock:
+            tail = read_tail(log, 2000)
+    verdict: Verdict | None = None
+    if reader is not None:
+        with contextlib.suppress(Exception):  # a reader must never stop the loop
+            verdict = reader.verdict(finished.returncode, list(sink.stderr_tail))
+    said = verdict.outcome if verdict is not None else None
+    if finished.timed_out:
+        outcome = "timeout"
+    elif said in ("api-error", "rate-limited"):
+        outcome = said
+    elif finished.returncode == 0:
+        outcome = "ok"
+    elif finished.returncode is not None and finished.returncode < 0:
+        outcome = "crash"
+    else:
+        outcome = "exit-nonzero"
+    run = AgentRun(tuple(full), outcome, finished.returncode, finished.duration, log_path, tail)
+    if verdict is None:
+        return run
+    detail = str(verdict.detail or "") if said else ""
+    if redactor is not None:
+        detail = redactor.text(detail)
+    return replace(run, detail=detail[:500], cost_usd=verdict.cost_usd,
+                   input_tokens=verdict.input_tokens, output_tokens=verdict.output_tokens,
+                   turns=verdict.turns, reset_at=verdict.reset_at,
+                   retry_after=verdict.retry_after)

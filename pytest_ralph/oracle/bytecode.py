@@ -1,0 +1,293 @@
+"""Bytecode the check phases load: compiled by the loop itself, never by a process that runs
+the agent's code.
+
+Every Python process of a check phase keeps its bytecode under ``PYTHONPYCACHEPREFIX`` (see
+:func:`pytest_ralph.checks.phase.private_bytecode`), so that a ``.pyc`` planted in a
+``__pycache__`` folder is never loaded. Compiling pytest, its plugins and the standard-library
+modules they import costs about a second, which each phase would pay again with an empty
+folder; so the loop keeps the folder warm. What the phases load from it must not be writable by
+whatever runs the agent's code (the agent, and the code under test inside a check phase): a
+``.pyc`` that keeps the source's size and modification time but holds other code would be
+loaded as that module.
+
+:class:`TrustedBytecode` is that folder:
+
+- only the loop (the controller, which never imports project code) writes it, compiling the
+  source files of installed and standard-library modules, at their real paths (never a file
+  inside the project, nor one a symbolic link or a ``..`` leads to, nor one outside the
+  standard library and site-packages that the loop did not import itself):
+  those the loop itself has imported (pytest and the plugins a check phase loads too) and
+  those a check phase reports it imported (:meth:`TrustedBytecode.prime`), in a background
+  thread, while the agent works;
+- with the sandbox on, the folder is shared by the runs of every project
+  (:func:`shared_folder`: ``$PYTEST_RALPH_PYCACHE`` or ``~/.cache/pytest-ralph/bytecode``) and
+  read-only to every confined process;
+- with the sandbox off, the agent and the check phases can write anywhere you can, the shared
+  folder included, so each run gets a folder of its own that only the loop compiles into
+  (never copied from the shared one, which an unconfined agent of an earlier run may have
+  written), and before each check phase :meth:`TrustedBytecode.ready` removes every file in it
+  that the loop did not write, or that changed since it did.
+
+This module does not import pytest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import os
+import py_compile
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+#: Environment variable: the shared folder (see :func:`shared_folder`); empty gives each run a
+#: temporary folder of its own.
+PYCACHE_ENV = "PYTEST_RALPH_PYCACHE"
+
+#: The shared folder's name under ``$XDG_CACHE_HOME/pytest-ralph`` (``~/.cache``). Not
+#: ``pycache``, which earlier versions let check phases write.
+SHARED_NAME = "bytecode"
+
+#: Prefix of the name of a run's own folder (in the system's temporary folder).
+RUN_DIR_PREFIX = "pytest-ralph-bytecode-"
+
+#: Bytes of a ``.pyc`` header: magic, flags, source modification time, source size.
+_HEADER_BYTES = 16
+
+
+def shared_folder() -> Path | None:
+    """The folder the check phases of confined runs share: ``$PYTEST_RALPH_PYCACHE``, else
+    ``$XDG_CACHE_HOME/pytest-ralph/bytecode`` (``~/.cache`` without ``XDG_CACHE_HOME``), made
+    with mode 0700 on first use.
+
+    Returns:
+        The folder (absolute, symbolic links resolved), or ``None`` when
+        ``$PYTEST_RALPH_PYCACHE`` is empty, the path is relative, or the folder cannot be
+        made or written or is not ours.
+    """
+    chosen = os.environ.get(PYCACHE_ENV)
+    if chosen == "":
+        return None
+    if chosen is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        chosen = os.path.join(base, "pytest-ralph", SHARED_NAME)
+    folder = Path(chosen).expanduser()
+    if not folder.is_absolute():
+        return None
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        folder = folder.resolve()
+        info = folder.stat()
+        if (hasattr(os, "getuid") and info.st_uid != os.getuid()) or not os.access(
+                folder, os.W_OK | os.X_OK):
+            return None
+    except OSError:
+        return None
+    return folder
+
+
+def cache_path(prefix: Path, source: str) -> Path:
+    """Where a process with ``PYTHONPYCACHEPREFIX=prefix`` reads and writes the bytecode of
+    ``source`` (as ``importlib.util.cache_from_source`` computes it with
+    ``sys.pycache_prefix`` set, without optimization): ``<prefix>/<source's folder>/<name>.
+    <cache tag>.pyc``."""
+    head, tail = os.path.split(source)
+    if not os.path.isabs(head):
+        head = os.path.join(os.getcwd(), head)
+    if len(head) > 1 and head[1] == ":" and head[0] not in "\\/":  # pragma: no cover - Windows
+        head = head[2:]
+    base, sep, rest = tail.rpartition(".")
+    name = f"{base if base else rest}{sep}{sys.implementation.cache_tag}.pyc"
+    return prefix / head.lstrip("\\/") / name
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+class TrustedBytecode:
+    """A bytecode folder for check phases that only the loop writes (see the module docstring).
+
+    Args:
+        folder: the folder the check phases get as ``PYTHONPYCACHEPREFIX``.
+        project: the project folder: no source inside it is ever compiled here.
+        shared: the shared folder (then :attr:`folder` itself), or ``None``.
+        verify: check the folder before each phase (a run's own folder, sandbox off).
+        roots: the folders whose sources may be compiled (real paths); default
+            :func:`trusted_roots`.
+    """
+
+    def __init__(self, folder: Path, project: Path, *, shared: Path | None = None,
+                 verify: bool = False, roots: Iterable[str] | None = None) -> None:
+        self.folder = folder
+        self.shared = shared
+        self.verify = verify
+        self._project = os.path.realpath(project)
+        #: pyc path in :attr:`folder` -> SHA-256 of what the loop put there.
+        self.written: dict[Path, str] = {}
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._roots = tuple(root.rstrip(os.sep) + os.sep
+                            for root in (trusted_roots() if roots is None else roots))
+        self._own = set(self.sources_loaded_here())
+
+    @classmethod
+    def for_run(cls, project: Path, *, confined: bool) -> TrustedBytecode:
+        """The bytecode folder of a run: the shared one when every process that runs the
+        agent's code is confined (it is read-only to them), else a temporary folder of the
+        run's own, removed by :meth:`close` (also when the shared folder is unusable or lies
+        inside the project, where the agent could write it)."""
+        shared = shared_folder()
+        if shared is not None and (shared == Path(os.path.realpath(project)) or
+                                   Path(os.path.realpath(project)) in shared.parents):
+            shared = None
+        if confined and shared is not None:
+            return cls(shared, project, shared=shared)
+        own = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))
+        return cls(own, project, verify=True)
+
+    def _inside_project(self, source: str) -> bool:
+        real = os.path.realpath(source)
+        return real == self._project or real.startswith(self._project.rstrip(os.sep) + os.sep)
+
+    def _trusted(self, source: str) -> bool:
+        """Whether ``source`` may be compiled here: a path that is its own real path (no
+        symbolic link, no ``..``: the bytecode's place is computed from the path as written,
+        so a path that resolves elsewhere would put another file's code there), outside the
+        project, and either in this interpreter's standard library or site-packages
+        (:func:`trusted_roots`) or a module this process imported itself. The sources come
+        from a check phase's imports report, which the code under test can write."""
+        if os.path.realpath(source) != source or self._inside_project(source):
+            return False
+        if source in self._own:
+            return True
+        return any(source.startswith(root) for root in self._roots)
+
+    def sources_loaded_here(self) -> list[str]:
+        """The source files of the modules this process has imported, outside the project."""
+        out = []
+        for module in list(sys.modules.values()):
+            path = getattr(module, "__file__", None)
+            if isinstance(path, str) and path.endswith(".py"):
+                out.append(path)
+        return out
+
+    def prime(self, sources: Iterable[str]) -> int:
+        """Compile ``sources`` (absolute ``.py`` paths; only those :meth:`_trusted` takes,
+        the others are skipped) whose bytecode is missing or stale (a run's own folder: not
+        written by this object yet) into :attr:`folder`; return how many were compiled.
+        Nothing is imported or run."""
+        done = 0
+        for source in sources:
+            if source in self._seen or not source.endswith(".py") or not os.path.isabs(source):
+                continue
+            self._seen.add(source)
+            if not self._trusted(source):
+                continue
+            try:
+                info = os.stat(source)
+            except OSError:
+                continue
+            header = (int(info.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (
+                info.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+            target = cache_path(self.folder, source)
+            with self._lock:
+                if self.verify and target in self.written:
+                    continue
+            # A run's own folder never trusts a file it did not write itself.
+            if self.verify or not _fresh(target, header):
+                try:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    py_compile.compile(source, cfile=str(target), doraise=True, optimize=0,
+                                       invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+                except (py_compile.PyCompileError, OSError, ValueError, SyntaxError):
+                    continue
+                done += 1
+            if self.verify:
+                digest = _digest(target)
+                if digest is not None:
+                    with self._lock:
+                        self.written[target] = digest
+        return done
+
+    def prime_in_background(self, sources: Iterable[str]) -> None:
+        """:meth:`prime` in a daemon thread (one at a time; :meth:`ready` waits for it)."""
+        todo = list(sources)
+        self.wait()
+        self._thread = threading.Thread(target=self.prime, args=(todo,), daemon=True,
+                                        name="pytest-ralph-bytecode")
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Wait for a :meth:`prime_in_background` still running."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def ready(self) -> list[Path]:
+        """Make the folder fit for the next check phase: wait for the background compiling,
+        then (a run's own folder) remove every file the loop did not write or that changed
+        since; return the files removed."""
+        self.wait()
+        if not self.verify:
+            return []
+        removed: list[Path] = []
+        for dirpath, _dirnames, filenames in os.walk(self.folder):
+            for name in filenames:
+                path = Path(dirpath) / name
+                want = self.written.get(path)
+                if want is None or _digest(path) != want:
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                        removed.append(path)
+                    self.written.pop(path, None)
+        return removed
+
+    def close(self) -> None:
+        """Wait for the compiling; remove a run's own folder."""
+        self.wait()
+        if self.verify:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def trusted_roots() -> list[str]:
+    """The real paths of this interpreter's standard library and site-packages folders
+    (``sysconfig``'s ``stdlib``, ``platstdlib``, ``purelib`` and ``platlib``, and
+    :func:`site.getsitepackages`): the folders whose modules :class:`TrustedBytecode` compiles
+    for a check phase. A confined agent cannot write them (the sandbox binds ``/`` read-only);
+    an unconfined one can, see ``docs/limitations.md``."""
+    import site
+    import sysconfig
+
+    found = [sysconfig.get_paths().get(key, "") for key in
+             ("stdlib", "platstdlib", "purelib", "platlib")]
+    with contextlib.suppress(AttributeError):  # a virtualenv's old site.py
+        found += site.getsitepackages()
+    roots: list[str] = []
+    for path in found:
+        if path and os.path.isabs(path):
+            real = os.path.realpath(path)
+            if real not in roots:
+                roots.append(real)
+    return roots
+
+
+def _fresh(pyc: Path, header: bytes) -> bool:
+    """Whether ``pyc`` is bytecode of this interpreter for a source of the size and
+    modification time in ``header`` (its bytes 8 to 16)."""
+    try:
+        with pyc.open("rb") as f:
+            data = f.read(_HEADER_BYTES)
+    except OSError:
+        return False
+    return (len(data) == _HEADER_BYTES and data[:4] == importlib.util.MAGIC_NUMBER
+            and data[4:8] == b"\0\0\0\0" and data[8:] == header)
