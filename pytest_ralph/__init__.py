@@ -7,8 +7,9 @@ names below are loaded on first use (PEP 562 module ``__getattr__``).
 
 from __future__ import annotations
 
+from .util.version import __version__
+
 TYPE_CHECKING = False  # typing is not imported at run time: the Stop hook imports this package
-__version__ = "0.1.0"
 
 __all__ = ["GO_ON", "PRD", "Check", "CheckResult", "Criterion", "HookError", "LoopHooks",
            "PRDError", "Problem", "StopContext", "StopDecision", "Story", "__version__",

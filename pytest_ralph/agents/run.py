@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from ..claude.arming import CONTROLLER_ENV
 from ..sandbox.bwrap import Confinement, Sandbox, exit_status, wrap
+from ..util.env import CONTROLLER_ENV
 from ..util.process import read_tail, run_streaming, supervised
 from ..util.redact import Redactor
 

@@ -16,13 +16,12 @@ Format (``version`` 1)::
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..util.files import read_text
+from ..util.files import atomic_write_text, read_text
 from .fingerprint import fingerprint
 
 RESULTS_VERSION = 1
@@ -171,14 +170,6 @@ def read_results(path: Path) -> CheckResults:
                             int(data.get("exitstatus", -1)), float(data.get("duration", 0.0)))
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise ValueError(f"check results {path}: unknown format ({exc!r})") from None
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file and a rename,
-    so that a reader never sees a half-written file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def prd_order(nodeids: Iterable[str], rootdir: Path) -> dict[str, int]:

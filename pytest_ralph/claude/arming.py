@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..util.env import CONTROLLER_ENV, MARKER_PARTS, SESSION_ARGV
 from ..util.files import FileTooLarge, NotRegularFile, read_bytes
-from .hook import CONTROLLER_ENV, MARKER_PARTS
 
 __all__ = [
     "CONTROLLER_ENV",
@@ -46,9 +46,6 @@ __all__ = [
     "remove_marker",
     "write_marker",
 ]
-
-#: The agent argv recorded for the turns of a Claude Code run (the session is the agent).
-SESSION_ARGV = ("claude-code-session",)
 
 #: Where the arming file lives, relative to the project folder.
 MARKER = Path(*MARKER_PARTS)

@@ -28,17 +28,13 @@ import json
 import os
 import sys
 
+from ..util.env import CONTROLLER_ENV, MARKER_PARTS
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import BinaryIO
 
-#: Environment variable ``pytest --ralph`` sets for its agent runs: a Stop hook inside such a
-#: run must not drive a second loop (the hook does nothing when it is set).
-CONTROLLER_ENV = "PYTEST_RALPH_CONTROLLER"
-
-#: The arming file, relative to a project folder (see :mod:`pytest_ralph.claude.arming`).
-MARKER_PARTS = (".claude", "pytest-ralph.local.json")
 
 #: Bytes of stdin read at most (a Stop payload with a long last message is well under this).
 MAX_STDIN_BYTES = 16 * 1024 * 1024

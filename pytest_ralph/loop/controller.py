@@ -44,12 +44,12 @@ from ..checks.phase import (
     workers_problem,
 )
 from ..checks.results import CheckResults, CriterionResult
+from ..checks.verdicts import apply, story_notes, story_verdicts
 from ..oracle.bytecode import TrustedBytecode
 from ..oracle.importguard import guarded
 from ..oracle.snapshot import (
     Change,
     Snapshot,
-    apply,
     compare,
     snapshot,
     snapshot_from_json,
@@ -58,7 +58,7 @@ from ..oracle.snapshot import (
 )
 from ..prd.load import PRD_FILE_NAMES, PRD_SEARCH_DIRS, PRDError, discover_prd, load_prd
 from ..prd.model import PRD, Story, fold_text, slugify
-from ..prd.writeback import story_notes, story_verdicts, write_back
+from ..prd.writeback import write_back
 from ..sandbox.bwrap import (
     Confinement,
     Sandbox,

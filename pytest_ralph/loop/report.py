@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..checks.fingerprint import fingerprint
 from ..checks.kinds import CLAIMED_NOTE
-from ..checks.results import CheckResults, atomic_write_text
-from ..claude.arming import SESSION_ARGV
+from ..checks.results import CheckResults
+from ..util.env import SESSION_ARGV
+from ..util.files import atomic_write_text
 from .prompt import excerpt, same_failure_counts
 
 if TYPE_CHECKING:

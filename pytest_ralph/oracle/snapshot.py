@@ -67,7 +67,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..checks.results import CheckResults, CriterionResult
 from ..prd.model import PRD, Criterion
 from ..util.files import FileTooLarge, NotRegularFile, read_bytes
 from ..util.files import digest as file_digest
@@ -581,36 +580,6 @@ def compare(start: Snapshot, now: Snapshot) -> list[Change]:
         if subject not in start.digests and subject.startswith("criterion "):
             out.append(Change(subject, "added", tuple(sorted(now.links.get(subject, ())))))
     return out
-
-
-def apply(results: CheckResults, changes: Sequence[Change]) -> CheckResults:
-    """``results`` with every criterion touched by ``changes`` failing.
-
-    The failure message names each change first (then the criterion's own failure, if it
-    failed anyway), so that the prompt tells the agent what to restore and the
-    fingerprint sees the edit.
-    """
-    if not changes:
-        return results
-    by_key: dict[str, list[str]] = {}
-    for ch in changes:
-        for key in ch.criteria:
-            by_key.setdefault(key, []).append(ch.describe())
-    criteria: list[CriterionResult] = []
-    for c in results.criteria:
-        what = by_key.get(c.key)
-        if not what:
-            criteria.append(c)
-            continue
-        hint = RESTORE_HINT
-        if any(": added " in w or w.endswith(" added") for w in what):
-            hint = ADDED_HINT + "; " + hint
-        message = (f"criteria changed: {'; '.join(what)} since the run started; expected "
-                   f"the checks that judge this criterion to stay as they were: {hint}")
-        if not c.passed and c.message:
-            message += f"\nthe check itself also failed:\n{c.message}"
-        criteria.append(replace(c, outcome="failed", message=message, claimed=False))
-    return replace(results, criteria=tuple(criteria))
 
 
 def _rel(path: Path, root: Path) -> str:

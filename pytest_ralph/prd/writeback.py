@@ -48,11 +48,9 @@ from typing import Any
 
 import yaml
 
-from ..checks.results import CheckResults, CriterionResult, atomic_write_text
-from ..util.files import read_bytes
+from ..util.files import atomic_write_text, read_bytes
 from .dialects import DialectError, Origin, json_path, normalize
 from .load import MAX_PRD_BYTES, PRD_FORMATS, Positions, strip_jsonc
-from .model import PRD
 from .yamlload import YAML_LOADER
 
 #: Largest PRD write-back reads, in bytes (the loader's default limit is lower; a larger
@@ -64,86 +62,6 @@ SIDECAR_MAX_BYTES = 64 * 1024 * 1024
 
 #: The start of the one line of a story's ``notes`` that the loop owns.
 NOTE_PREFIX = "pytest-ralph: "
-
-#: The longest note :func:`story_notes` writes, in characters (prefix included).
-NOTE_MAX_CHARS = 200
-
-
-def _checked_stories(results: CheckResults,
-                     prd: PRD | None) -> dict[str, list[CriterionResult]]:
-    """``results.by_story()``, without the stories that ``prd`` says were checked in part."""
-    out: dict[str, list[CriterionResult]] = {}
-    for sid, crits in results.by_story().items():
-        if prd is not None:
-            story = prd.story(sid)
-            checked = {c.criterion for c in crits if c.kind != "missing"}
-            if story is None or not {c.id for c in story.criteria} <= checked:
-                continue
-        out[sid] = crits
-    return out
-
-
-def story_verdicts(results: CheckResults, prd: PRD | None = None) -> dict[str, bool]:
-    """Story id -> whether every criterion of the story passed in ``results``.
-
-    With ``prd``, only stories whose every criterion was actually checked get a verdict
-    (``-k`` may have checked part of a story: that says nothing about the rest).
-    """
-    return {sid: all(c.passed for c in crits)
-            for sid, crits in _checked_stories(results, prd).items()}
-
-
-def story_notes(results: CheckResults, prd: PRD | None = None) -> dict[str, str]:
-    """Story id -> the loop's one-line note about the story's criteria in ``results``.
-
-    The note depends only on the outcomes (no time, no duration), so an unchanged result
-    gives an unchanged note and write-back leaves the file alone. Its forms::
-
-        pytest-ralph: all 3 criteria pass
-        pytest-ralph: the 1 criterion passes (1 claimed, not verified)
-        pytest-ralph: 1/3 criteria pass (1 claimed, not verified); failing: AC2, AC3
-
-    Failing criteria are named by criterion id, in collection order; a note longer than
-    :data:`NOTE_MAX_CHARS` lists the ids that fit and ``+N more``. "Claimed" counts the
-    passing criteria decided by the story's claim rather than by a check.
-
-    Args:
-        results: one check phase.
-        prd: as for :func:`story_verdicts`: with it, only stories whose every criterion
-            was checked get a note.
-
-    Returns:
-        ``{story id: note}``; every note starts with :data:`NOTE_PREFIX` and is one line.
-    """
-    return {sid: _note(crits) for sid, crits in _checked_stories(results, prd).items()}
-
-
-def _note(crits: list[CriterionResult]) -> str:
-    n = len(crits)
-    passed = [c for c in crits if c.passed]
-    claimed = sum(c.claimed for c in passed)
-    claim = f" ({claimed} claimed, not verified)" if claimed else ""
-    if len(passed) == n:
-        head = "the 1 criterion passes" if n == 1 else f"all {n} criteria pass"
-        return f"{NOTE_PREFIX}{head}{claim}"
-    head = f"{NOTE_PREFIX}{len(passed)}/{n} criteria pass{claim}; failing: "
-    failing = [c.criterion for c in crits if not c.passed]
-    return head + _bounded_list(failing, NOTE_MAX_CHARS - len(head))
-
-
-def _bounded_list(ids: list[str], room: int) -> str:
-    """``"A, B, +3 more"``: as many of ``ids`` as fit in ``room`` characters."""
-    shown: list[str] = []
-    for i, cid in enumerate(ids):
-        rest = len(ids) - i - 1
-        if len(", ".join([*shown, cid]) + (f", +{rest} more" if rest else "")) > room:
-            break
-        shown.append(cid)
-    rest = len(ids) - len(shown)
-    if not shown:  # not even one id fits
-        return f"{rest} criteri{'on' if rest == 1 else 'a'}"
-    return ", ".join(shown) + (f", +{rest} more" if rest else "")
-
 
 def write_back(prd_path: Path, verdicts: Mapping[str, bool], sidecar: Path, *,
                notes: Mapping[str, str] | None = None,

@@ -32,8 +32,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from ..checks.results import atomic_write_text
-from ..util.files import kind_of, open_regular
+from ..util.files import atomic_write_text, kind_of, open_regular
 from ..util.redact import Redactor
 
 PROGRESS_FILE = "progress.txt"

@@ -1605,6 +1605,6 @@ def _json(value: Any) -> str:
 
 
 def _package_version() -> str:
-    from .. import __version__
+    from ..util.version import __version__
 
     return __version__

@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from pathlib import Path
 
 __all__ = ["FileTooLarge", "NotRegularFile", "check_regular", "digest", "kind_of",
            "open_regular", "read_bytes", "read_text"]
@@ -176,3 +177,11 @@ def digest(path: str | os.PathLike[str], max_bytes: int = DIGEST_MAX_BYTES) -> s
         except OSError as exc:
             return f"unreadable: {exc.strerror}"
     return h.hexdigest()
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file and a rename,
+    so that a reader never sees a half-written file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from pytest_ralph.checks.results import CheckResults, CriterionResult
+from pytest_ralph.checks.verdicts import apply
 from pytest_ralph.oracle.snapshot import (
     LOOP_CONFTESTS,
     Change,
-    apply,
     compare,
     snapshot,
     snapshot_from_json,
