@@ -29,7 +29,6 @@ This module does not import pytest (the check phase runs pytest in a child proce
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import io
 import re
 import socket
@@ -49,7 +48,6 @@ from ..loop.controller import (
     RunRecord,
     _db_signature,
     _Turn,
-    plural,
 )
 from ..loop.gitdiff import tree_snapshot
 from ..loop.prompt import pick_story
@@ -61,6 +59,8 @@ from ..prd.model import PRD
 from ..state.folder import RunDir, StateDir, StateError
 from ..state.history import DB_NAME, History, HistoryError, NoHistory
 from ..util.redact import Redactor
+from ..util.text import now as _now
+from ..util.text import plural
 from .arming import (
     MARKER,
     SESSION_ARGV,
@@ -589,6 +589,3 @@ class _DrivenLoop(Loop):
         self._save(run)
         return Answer(block(reason, system), "")
 
-
-def _now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)

@@ -9,7 +9,8 @@ The checks, in order:
 1. ``<rootdir>/.claude/settings.json`` exists and is a JSON object whose ``hooks.Stop`` has the
    shape of the Claude Code hooks reference (https://code.claude.com/docs/en/hooks); errors
    name the file, the line and column or the JSON path, as
-   :mod:`pytest_ralph.claude.settings_file` reports them. ``.claude/settings.local.json`` is read too
+   :mod:`pytest_ralph.claude.settings_file` reports them. ``.claude/settings.local.json`` is read
+   too
    when it exists: Claude Code merges both (the user's ``~/.claude/settings.json`` is not read).
    ``disableAllHooks: true`` in either file is a problem: Claude Code then runs no hook.
 2. One Stop handler runs our hook: ``-m pytest_ralph.hook``
@@ -67,6 +68,7 @@ from ..claude.settings_file import (
     read_settings,
     stop_groups,
 )
+from ..util.text import plural
 
 __all__ = [
     "HOOK_TIMEOUT",
@@ -198,10 +200,10 @@ def doctor(rootdir: Path, *, timeout: float = HOOK_TIMEOUT) -> tuple[int, str]:
         _check_command(rep, command, root, env, timeout)
     _check_arming(rep, root)
     if rep.problems:
-        rep.lines.append(f"pytest-ralph: {_plural(rep.problems, 'problem')} found; the Stop "
+        rep.lines.append(f"pytest-ralph: {plural(rep.problems, 'problem')} found; the Stop "
                          "hook will not drive a loop until they are fixed")
         return 1, "\n".join(rep.lines)
-    rep.lines.append(f"pytest-ralph: all {_plural(rep.checks, 'check')} ok")
+    rep.lines.append(f"pytest-ralph: all {plural(rep.checks, 'check')} ok")
     return 0, "\n".join(rep.lines)
 
 
@@ -258,7 +260,7 @@ def _check_settings(rep: _Report, root: Path) -> list[str]:
                         f"{_INIT}: `{_suggested_command()}`")
         elif main in readable:
             one = len(foreign) == 1
-            others = (f"; found {_plural(len(foreign), 'other Stop handler')}: "
+            others = (f"; found {plural(len(foreign), 'other Stop handler')}: "
                       f"{', '.join(foreign)}, which {'is' if one else 'are'} not pytest-ralph's "
                       f"and {'was' if one else 'were'} not run" if foreign else "")
             rep.problem(f"no Stop hook in {main} runs pytest-ralph (a command with "
@@ -636,7 +638,3 @@ def _check_arming(rep: _Report, root: Path) -> None:
         rep.ok(f"run {armed.run} of {run.prd} is armed, waiting for the first Stop of a Claude "
                f"Code session in {root}, which adopts it")
 
-
-def _plural(n: int, word: str) -> str:
-    """``1 problem``, ``2 problems``."""
-    return f"{n} {word}" + ("" if n == 1 else "s")

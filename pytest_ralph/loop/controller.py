@@ -81,6 +81,8 @@ from ..state.verified import (
 from ..util.files import read_text
 from ..util.process import become_subreaper, descendant_pids, sweep_descendants
 from ..util.redact import Redactor
+from ..util.text import now as _now
+from ..util.text import plural
 from .escalation import (
     ESCALATE_MIN_SECONDS,
     ESCALATE_TIMEOUT,
@@ -276,8 +278,6 @@ class _Turn:
     tree: str | None
 
 
-def _now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
 
 
 @contextmanager
@@ -1722,9 +1722,6 @@ def _regressions(run: RunRecord, results: CheckResults) -> tuple[str, ...]:
     return tuple(c.key for c in results.failing if c.key in passed_before)
 
 
-def plural(n: int, singular: str, many: str | None = None) -> str:
-    """``"1 story"``, ``"3 stories"``: ``n`` and the right form of the noun."""
-    return f"{n} {singular if n == 1 else (many or singular + 's')}"
 
 
 def _keys(r: CheckResults, most: int = 8) -> str:

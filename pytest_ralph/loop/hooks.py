@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..checks.fingerprint import normalize_failure
+from ..util.text import plural
 from .prompt import PromptContext, build_prompt
 
 if TYPE_CHECKING:
@@ -117,8 +118,6 @@ class StopDecision:
 GO_ON = StopDecision(False)
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def decide_stop(ctx: StopContext) -> StopDecision:
@@ -129,12 +128,12 @@ def decide_stop(ctx: StopContext) -> StopDecision:
     n, streak = ctx.iteration, ctx.streak
     if ctx.error_streak >= ctx.agent_errors:
         return StopDecision(True, f"the agent did not run properly in "
-                            f"{_plural(ctx.error_streak, 'iteration')} in a row (last: "
+                            f"{plural(ctx.error_streak, 'iteration')} in a row (last: "
                             f"{ctx.agent.describe()}); see {ctx.agent.log_path}",
                             "agent-error")
     span = f"iteration {n}" if streak == 1 else f"iterations {n - streak + 1}-{n}"
     breaker = (f"circuit breaker: the same failure (fingerprint {ctx.fingerprint}) in "
-               f"{_plural(streak, 'iteration')} in a row ({span})")
+               f"{plural(streak, 'iteration')} in a row ({span})")
     if ctx.all_blocked:
         failing = sorted({c.story for c in ctx.results.failing})
         why = ("every remaining story is blocked (" + "; ".join(

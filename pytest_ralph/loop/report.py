@@ -19,6 +19,7 @@ from ..checks.kinds import CLAIMED_NOTE
 from ..checks.results import CheckResults
 from ..util.env import SESSION_ARGV
 from ..util.files import atomic_write_text
+from ..util.text import plural
 from .prompt import excerpt, same_failure_counts
 
 if TYPE_CHECKING:
@@ -306,7 +307,7 @@ def _escalation(run: RunRecord) -> list[str]:
         cause = (f"The agent did not run properly {streak} times in a row (see the end of its "
                  "log below).")
     else:
-        cause = f"The loop gave up on {plural_stories(len(run.blocked))}."
+        cause = f"The loop gave up on {plural(len(run.blocked), 'story')}."
     out = ["## Escalation", "", f"{cause} A human needs to look at this. Full state:", ""]
     for sid in run.blocked:
         out += _blocked_story(story_report(run, sid))
@@ -339,9 +340,6 @@ def _reported(run: RunRecord) -> bool:
     return any(a.cost_usd is not None for a in [*runs, *(a for _, a, _ in run.attempts)])
 
 
-def plural_stories(n: int) -> str:
-    """``"1 story"``, ``"2 stories"``."""
-    return f"{n} stor{'y' if n == 1 else 'ies'}"
 
 
 def _blocked_story(info: dict[str, Any]) -> list[str]:

@@ -1,7 +1,8 @@
 """The judges, watched while a check phase runs: a change that is undone before the phase
 ends is still a change.
 
-The guard (:mod:`pytest_ralph.oracle.snapshot`) compares the oracle after the agent's turn, before the
+The guard (:mod:`pytest_ralph.oracle.snapshot`) compares the oracle after the agent's turn, before
+the
 check phase, and again after it. Code the agent wrote runs during the phase, though (the code
 under test, imported by one criterion's tests; a program a ``run`` criterion starts), and could
 change a judge of a *later* criterion and put it back before the phase ends: a ``conftest.py``
@@ -37,7 +38,8 @@ _SHOWN = 5
 
 
 def write_judges(path: Path, snapshot: Any, rootdir: Path) -> None:
-    """Write the judges of ``snapshot`` (a :class:`pytest_ralph.oracle.snapshot.Snapshot`) to ``path``:
+    """Write the judges of ``snapshot`` (a :class:`pytest_ralph.oracle.snapshot.Snapshot`) to
+    ``path``:
     ``{"files": [absolute paths], "folders": [absolute paths], "names": {folder: [names]}}``.
     """
     from .judges import SHADOWS

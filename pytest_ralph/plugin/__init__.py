@@ -71,7 +71,8 @@ DISCOVERED_PRD = pytest.StashKey[Path]()
 @pytest.hookimpl(tryfirst=True)
 def pytest_report_to_serializable(
         report: pytest.CollectReport | pytest.TestReport) -> dict[str, Any] | None:
-    """A report whose failure is a criterion's text (:class:`pytest_ralph.plugin.failure.FailureText`)
+    """A report whose failure is a criterion's text
+    (:class:`pytest_ralph.plugin.failure.FailureText`)
     travels from a pytest-xdist worker with a mark, so that it arrives as one."""
     return to_wire(report)
 

@@ -201,7 +201,8 @@ class BuiltinHooks:
 
     @pytest.hookimpl(trylast=True)
     def pytest_ralph_fingerprint(self, result: CriterionResult) -> str:
-        """The failure message, normalized (:func:`pytest_ralph.checks.fingerprint.normalize_failure`)."""
+        """The failure message, normalized
+        (:func:`pytest_ralph.checks.fingerprint.normalize_failure`)."""
         return normalize_failure(result.message)
 
     @pytest.hookimpl(trylast=True)

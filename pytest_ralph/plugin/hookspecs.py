@@ -178,7 +178,8 @@ def pytest_ralph_fingerprint(result: CriterionResult, config: pytest.Config) -> 
     timestamps, addresses, absolute paths and numbers replaced by placeholders.
 
     Args:
-        result: the failing criterion's result (:class:`pytest_ralph.checks.results.CriterionResult`:
+        result: the failing criterion's result
+        (:class:`pytest_ralph.checks.results.CriterionResult`:
             ``story``, ``criterion``, ``kind``, ``text``, ``message``).
         config: the pytest config.
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..checks.results import CriterionResult
+from ..util.text import plural
 
 if TYPE_CHECKING:
     from ..loop.controller import RunRecord
@@ -128,8 +129,6 @@ def shorten(message: str, limit: int = MESSAGE_CHARS) -> str:
     return escape(why(message, limit=10 * limit), limit)
 
 
-def _plural(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
 
 
 def _story_table(rows: Sequence[Row], titles: Mapping[str, str] | None = None) -> list[str]:
@@ -153,7 +152,7 @@ def _story_table(rows: Sequence[Row], titles: Mapping[str, str] | None = None) -
             cells.append(str(c["unclaimed"]))
         out.append("| " + " | ".join(cells) + " |")
     if len(counts) > MOST_STORIES:
-        out.append(f"\n... and {_plural(len(counts) - MOST_STORIES, 'more story', 'more stories')}")
+        out.append(f"\n... and {plural(len(counts) - MOST_STORIES, 'more story', 'more stories')}")
     return [*out, ""]
 
 
@@ -215,7 +214,7 @@ def render_gate(rows: Sequence[Row], *, exit_code: int, prds: Iterable[str] = ()
     unclaimed = sum(row.status == "unclaimed" for row in rows)
     if exit_code == 0 and unclaimed:  # --ralph-gate=claims: passed, but not all pass
         meaning = ("every story that claims to be done passes (--ralph-gate=claims); "
-                   f"{_plural(unclaimed, 'criterion', 'criteria')} of stories not claimed "
+                   f"{plural(unclaimed, 'criterion', 'criteria')} of stories not claimed "
                    f"done {'fails' if unclaimed == 1 else 'fail'} (work in progress)")
     out = [f"### pytest-ralph gate: {verdict}", "",
            f"- PRD: {shown}",

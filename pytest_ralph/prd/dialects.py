@@ -48,6 +48,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..util.text import plural
+
 __all__ = ["CRITERIA_KEYS", "STORY_CONTAINERS", "DialectError", "Normalized", "Origin",
            "describe", "json_path", "normalize", "source_path"]
 
@@ -177,10 +179,6 @@ def describe(value: object) -> str:
 
 
 
-def _plural(n: int, word: str) -> str:
-    if n == 1:
-        return f"1 {word}"
-    return f"{n} {word[:-1]}ies" if word.endswith("y") else f"{n} {word}s"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,7 +296,7 @@ def _phase_stories(phases: object, work: _Work) -> list[tuple[Parts, object]]:
         if key != "stories":
             work.notes.append(f"stories of {pp} under {pp}.{key}")
         stories += [(("phases", p, key, i), s) for i, s in enumerate(value)]
-    work.notes.append(f"stories under $.phases[].stories: {_plural(len(phases), 'phase')} "
+    work.notes.append(f"stories under $.phases[].stories: {plural(len(phases), 'phase')} "
                       "flattened in order")
     if not stories and not work.problems:
         work.notes.append("no stories: no phase under $.phases has any")
@@ -531,27 +529,27 @@ def _tally_notes(work: _Work, n_stories: int) -> list[str]:
             span = ", ".join(f"S{n}" for n in synth[:10]) + (", ..." if len(synth) > 10 else "")
         notes.append(f"ids synthesized from position: {span}")
     if t["int-id"]:
-        notes.append(f"integer ids made strings for {_plural(t['int-id'], 'story')}")
+        notes.append(f"integer ids made strings for {plural(t['int-id'], 'story')}")
     if t["title-from-description"]:
         n = t["title-from-description"]
-        notes.append(f"titles from descriptions for {_plural(n, 'story')}")
+        notes.append(f"titles from descriptions for {plural(n, 'story')}")
     for key in CRITERIA_KEYS[1:]:
         if t[f"criteria-key:{key}"]:
             notes.append(f"criteria from '{key}' for "
-                         f"{_plural(t[f'criteria-key:{key}'], 'story')}")
+                         f"{plural(t[f'criteria-key:{key}'], 'story')}")
     if t["string-criteria"]:
-        notes.append(f"single-string criteria for {_plural(t['string-criteria'], 'story')}")
+        notes.append(f"single-string criteria for {plural(t['string-criteria'], 'story')}")
     if t["title-criteria"]:
-        notes.append(f"criteria from titles for {_plural(t['title-criteria'], 'story')}")
+        notes.append(f"criteria from titles for {plural(t['title-criteria'], 'story')}")
     for prefix in ("priority:", "status:"):
         for key, n in t.items():
             if key.startswith(prefix):
                 what = key[len(prefix) :]
                 notes.append(f"{prefix[:-1]} {what}"
-                             + (f" ({_plural(n, 'story')})" if n_stories > 1 else ""))
+                             + (f" ({plural(n, 'story')})" if n_stories > 1 else ""))
     for key in ("list-description", "list-notes"):
         if t[key]:
-            notes.append(f"{key[5:]} lists joined for {_plural(t[key], 'story')}")
+            notes.append(f"{key[5:]} lists joined for {plural(t[key], 'story')}")
     return notes
 
 

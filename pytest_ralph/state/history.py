@@ -110,6 +110,7 @@ from ..checks.results import CheckResults, CriterionResult
 from ..oracle.snapshot import Change
 from ..util.files import kind_of
 from ..util.redact import Redactor
+from ..util.text import now as _now
 
 #: The schema version this module writes and reads.
 SCHEMA_VERSION = 3
@@ -420,7 +421,8 @@ class StoredAgentRun:
     turns: int | None = None
 
     def to_agent_run(self) -> AgentRun:
-        """The same run as a :class:`pytest_ralph.agents.run.AgentRun` (``log_tail`` = ``detail``)."""
+        """The same run as a :class:`pytest_ralph.agents.run.AgentRun` (``log_tail`` =
+        ``detail``)."""
         return AgentRun(self.argv, self.outcome, self.exit_code, self.duration, self.log_path,
                         self.detail, detail=self.why, cost_usd=self.cost_usd,
                         input_tokens=self.input_tokens, output_tokens=self.output_tokens,
@@ -1584,8 +1586,6 @@ def _cannot(path: Path, exc: sqlite3.Error) -> str:
     return f"cannot open the run history {path}: {exc}"
 
 
-def _now() -> _dt.datetime:
-    return _dt.datetime.now(_UTC)
 
 
 def _iso(when: _dt.datetime) -> str:

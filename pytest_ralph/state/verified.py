@@ -1,7 +1,8 @@
 """The last run's verified oracle, and what changed in it since: a new run does not launder a
 weakened oracle.
 
-Every run starts from a snapshot of its oracle (:mod:`pytest_ralph.oracle.snapshot`): the criteria, and
+Every run starts from a snapshot of its oracle (:mod:`pytest_ralph.oracle.snapshot`): the criteria,
+and
 the tests, ``conftest.py`` and configuration files, schemas and modules that judge them. That
 snapshot is what the run's verdicts were checked against; a run that ends (or is killed) leaves
 it as the *verified snapshot* for the next run of the same PRD. An agent that weakened a test,
@@ -192,9 +193,9 @@ def check_loop_conftests(state_root: Path, rootdir: Path, anchors: Sequence[Path
     The loop's own process loads them when it starts, before pytest-ralph compares anything,
     so a ``conftest.py`` the agent planted or edited would run inside the loop itself (and
     could switch the guard off). They are compared, before pytest loads them, with the list
-    the last run's verified snapshot kept (:data:`pytest_ralph.oracle.snapshot.LOOP_CONFTESTS`, see
-    :func:`pytest_ralph.oracle.snapshot.loop_conftests`). Nothing to compare (no history, a run of an
-    older version) is no reason. Never raises.
+    the last run's verified snapshot kept (:data:`pytest_ralph.oracle.snapshot.LOOP_CONFTESTS`,
+    see :func:`pytest_ralph.oracle.snapshot.loop_conftests`). Nothing to compare (no history, a
+    run of an older version) is no reason. Never raises.
     """
     from ..oracle.snapshot import (
         LOOP_CONFTESTS,

@@ -1,4 +1,5 @@
-"""Unit tests of pytest_ralph.agents.run: command parsing, executable lookup, and real agent runs."""
+"""Unit tests of pytest_ralph.agents.run: command parsing, executable lookup, and real agent
+runs."""
 
 from __future__ import annotations
 

@@ -376,7 +376,8 @@ def test_the_client_imports_neither_pytest_nor_the_loop(tmp_path: Path) -> None:
     code = ("import sys, runpy; sys.argv = ['x', 'replay', sys.argv[1]];\n"
             "try:\n    runpy.run_module('pytest_ralph.testing', run_name='__main__')\n"
             "except SystemExit:\n    pass\n"
-            "bad = [m for m in sys.modules if m in ('pytest', '_pytest', 'pytest_ralph.loop.controller',"
+            "bad = [m for m in sys.modules if m in ('pytest', '_pytest', "
+            "'pytest_ralph.loop.controller',"
             " 'pytest_ralph.plugin', 'socketserver')]\n"
             "print(bad)")
     script = tmp_path / "r.json"

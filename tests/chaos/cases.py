@@ -372,7 +372,8 @@ def escaped(run: CaseRun) -> None:
 
 PYTEST_AC = {"pytest": "tests/test_calc.py"}
 
-#: What a ``pytest`` criterion says when the tamper probe (pytest_ralph/plugin/probe.py) saw pytest's
+#: What a ``pytest`` criterion says when the tamper probe (pytest_ralph/plugin/probe.py) saw
+# pytest's
 #: reports changed.
 PROBED = "changed how pytest reports outcomes"
 

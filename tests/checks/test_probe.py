@@ -1,4 +1,5 @@
-"""The tamper probe of a ``pytest`` criterion's child (pytest_ralph/plugin/probe.py): code under test
+"""The tamper probe of a ``pytest`` criterion's child (pytest_ralph/plugin/probe.py): code under
+test
 that rewrites pytest's reports in memory fails its criterion, saying why; honest tests are
 judged as before and never see the probe."""
 

@@ -1,4 +1,5 @@
-"""Unit tests of pytest_ralph.claude.settings_file: arming the Claude Code Stop hook in settings.json."""
+"""Unit tests of pytest_ralph.claude.settings_file: arming the Claude Code Stop hook in
+settings.json."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Unit tests of pytest_ralph.loop.prompt: the template, story choice, failure excerpts and bounds."""
+"""Unit tests of pytest_ralph.loop.prompt: the template, story choice, failure excerpts and
+bounds."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 `--ralph-status`, `--ralph-cancel`, the loop lock, damage, and kill -9 fault injection.
 
 The loops here run with the sandbox off: their agents damage the state folder on purpose
-(which a sandboxed agent cannot write, see tests/sandbox/test_sandbox.py) and report their pids for the
+(which a sandboxed agent cannot write, see tests/sandbox/test_sandbox.py) and report their pids for
+the
 test to watch (a sandboxed agent has pids of its own namespace)."""
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 StopDecision: the order of the ways to stop, the limits at their exact values, the reasons
 the console, the history and the report show, and the escalation each stop asks for.
 
-The loop tests (tests/loop/test_loop.py, tests/plugin/test_hooks.py) cover the same rules end to end;
+The loop tests (tests/loop/test_loop.py, tests/plugin/test_hooks.py) cover the same rules end to
+end;
 these pin each boundary without a subprocess, so that the mutation tests
 (``tox -e mutants``) can tell a changed rule from an unchanged one in a second.
 """

@@ -1,6 +1,6 @@
-"""The tamper probe plugin in process (pytest_ralph/plugin/probe.py) and how a ``pytest`` check reads
-its JUnit entries (pytest_ralph/checks/kinds.py): the quick tests; tests/checks/test_probe.py runs the gate
-end to end."""
+"""The tamper probe plugin in process (pytest_ralph/plugin/probe.py) and how a ``pytest`` check
+reads its JUnit entries (pytest_ralph/checks/kinds.py): the quick tests;
+tests/checks/test_probe.py runs the gate end to end."""
 
 from __future__ import annotations
 
@@ -30,9 +30,10 @@ FIRST, LAST = probe_names(TOKEN)
 def _run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[str, str],
                                                            dict[str, int]]:
     xml = pytester.path / "junit.xml"
-    # In a process of its own: the code under test of some tests patches pytest in memory.
-    result = pytester.runpytest_subprocess("-p", "pytest_ralph.plugin.probe", "-p", "no:cacheprovider",
-                                           f"--junitxml={xml}", *args)
+    # In a process of its own: the code under test of some tests patches pytest in
+    # memory.
+    result = pytester.runpytest_subprocess("-p", "pytest_ralph.plugin.probe",
+                                           "-p", "no:cacheprovider", f"--junitxml={xml}", *args)
     counts, probes = _junit_counts(xml, probe_names(TOKEN))
     return result, probes, counts
 
