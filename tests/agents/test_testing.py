@@ -211,7 +211,7 @@ def test_the_plugin_registers_the_ralph_agent_fixture(pytester: pytest.Pytester)
     result = pytester.runpytest_subprocess("-p", "no:randomly")
     result.assert_outcomes(passed=1)
     fixtures = pytester.runpytest_subprocess("--fixtures")
-    fixtures.stdout.fnmatch_lines(["ralph_agent -- *plugin.py:*",
+    fixtures.stdout.fnmatch_lines(["ralph_agent -- *pytest_ralph/plugin/*.py:*",
                                    "*factory of scripted agents*"])
 
 
