@@ -44,9 +44,9 @@ LAYERS: tuple[str, ...] = (
 )
 
 #: Modules at the top of the package and the layer each one sits in: ``testing`` (the public
-#: scripted agents) imports only ``util``; the shims ``hook`` and ``docgen`` hand over to their
+#: scripted agents) sits with ``agents``; the shims ``hook`` and ``docgen`` hand over to their
 #: folders; ``__init__`` is the public face, which loads its names lazily from anywhere.
-TOP_LEVEL: dict[str, str] = {"testing": "util", "hook": "claude", "docgen": "prd",
+TOP_LEVEL: dict[str, str] = {"testing": "agents", "hook": "claude", "docgen": "prd",
                              "__init__": "face"}
 
 #: The only folder whose modules may import pytest.
