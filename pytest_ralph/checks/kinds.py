@@ -48,20 +48,16 @@ from typing import Any, NoReturn, Protocol
 
 from ..prd.load import _default_text
 from ..prd.model import CRITERION_KINDS, Criterion, Story, fold_text
+from ..util.env import CHILD_ENV, PROBE_TOKEN_ENV
 from ..util.files import NotRegularFile, check_regular, kind_of, open_regular, read_text
 from ..util.process import Finished, read_tail, run_in_group
 from .phase import (
-    CHILD_ENV,
     EMPTY_INI,
     PYCACHE_DIR_PREFIX,
     PYCACHE_PREFIX_ENV,
     private_bytecode,
     pytest_command,
 )
-
-#: The environment variable that hands :mod:`pytest_ralph.plugin.probe` (loaded into a ``pytest``
-#: criterion's child) its token: 16 hexadecimal digits, new for each child.
-PROBE_TOKEN_ENV = "PYTEST_RALPH_PROBE"
 
 #: The failure text of a probe item.
 PROBE_FAILURE = "pytest-ralph tamper probe: this test always fails"

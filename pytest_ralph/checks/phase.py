@@ -31,14 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from ..oracle.bytecode import TrustedBytecode
-from ..oracle.phasewatch import JUDGES_ENV, write_judges
+from ..oracle.phasewatch import write_judges
 from ..sandbox.bwrap import Sandbox, check_confinement, exit_status, wrap
+from ..util.env import CHILD_ENV, IMPORTS_ENV, JUDGES_ENV, PYCACHE_ENV, WORKER_ROOTDIR_ENV
 from ..util.process import Finished, read_tail, run_in_group, supervised
 from ..util.redact import Redactor, redact_file, redact_json_file
 from .results import CheckResults, CriterionResult, read_results
-
-#: Set in the child's environment: the child checks, it never drives a loop.
-CHILD_ENV = "PYTEST_RALPH_CHILD"
 
 #: Seconds the child pytest gets, after SIGTERM, to stop the commands it runs.
 CHILD_GRACE_SECONDS = 10.0
@@ -49,10 +47,6 @@ PYCACHE_PREFIX_ENV = "PYTHONPYCACHEPREFIX"
 
 #: Prefix of the name of a private bytecode folder (in the system's temporary folder).
 PYCACHE_DIR_PREFIX = "pytest-ralph-pycache-"
-
-#: Set by the launcher for its pytest-xdist workers (and removed by each when it reads it):
-#: the ``sys.path`` entry before which the worker puts the working directory ("": first).
-WORKER_ROOTDIR_ENV = "PYTEST_RALPH_WORKER_ROOTDIR_BEFORE"
 
 #: How a pytest-xdist worker of a child pytest starts (``python -u -c XDIST_WORKER_BOOT
 #: -u -c <execnet's bootstrap>``): it removes the working directory (the rootdir) from
@@ -72,14 +66,6 @@ sys.argv[:] = ["-c"]
 del _cwd, _other
 exec(_boot)
 """
-
-#: Set for a check phase whose imports the loop wants to know (the baseline): each process
-#: started by :data:`PYTEST_LAUNCHER` (the phase's child pytest, and each ``pytest``
-#: criterion's) appends one JSON line to the file it names when its session ends:
-#: ``{"path": [sys.path entries, absolute], "modules": {top-level name: file, or folder
-#: ending in "/" for a namespace package}, "sources": [every imported .py file]}``. The guard
-#: learns from it which modules a new file could shadow (:mod:`pytest_ralph.oracle.judges`).
-IMPORTS_ENV = "PYTEST_RALPH_IMPORTS"
 
 #: Source run by ``python -c`` instead of ``python -m pytest``, with the same arguments.
 #:
@@ -104,7 +90,8 @@ IMPORTS_ENV = "PYTEST_RALPH_IMPORTS"
 #: ``sys.path``; xdist then gives the worker the launcher's ``sys.path`` as it was when xdist
 #: was imported (the working directory last), so the worker loads its plugins as the launcher
 #: does, and the ``pytest_load_initial_conftests`` hook of :mod:`pytest_ralph.plugin` moves
-#: the working directory where the launcher put it (:data:`WORKER_ROOTDIR_ENV` says where).
+#: the working directory where the launcher put it
+#: (:data:`~pytest_ralph.util.env.WORKER_ROOTDIR_ENV` says where).
 PYTEST_LAUNCHER = """\
 import os, sys
 
@@ -245,11 +232,6 @@ def workers_problem(workers: str, plugin_args: Sequence[str]) -> str:
     return ""
 
 
-#: Environment variable: the folder the loop's check phases keep bytecode in, shared by runs
-#: (see :func:`shared_bytecode_dir`); empty gives each run a temporary folder of its own.
-PYCACHE_ENV = "PYTEST_RALPH_PYCACHE"
-
-
 def shared_bytecode_dir() -> Path | None:
     """The folder the check phases of every loop run keep Python bytecode in:
     ``$PYTEST_RALPH_PYCACHE``, else ``$XDG_CACHE_HOME/pytest-ralph/pycache`` (``~/.cache``
@@ -344,7 +326,8 @@ class CheckPhaseConfig:
         bytecode: the loop's bytecode folder (:class:`pytest_ralph.oracle.bytecode.
             TrustedBytecode`), made ready before the phase; it replaces ``pycache``.
         report_imports: ask the phase's processes what they imported
-            (:data:`IMPORTS_ENV`; :attr:`pytest_ralph.checks.results.CheckResults.imports`).
+            (:data:`~pytest_ralph.util.env.IMPORTS_ENV`;
+            :attr:`pytest_ralph.checks.results.CheckResults.imports`).
         oracle: the run's :class:`pytest_ralph.oracle.snapshot.Snapshot`: its judges are watched
             while the phase runs (:mod:`pytest_ralph.oracle.phasewatch`); ``None``: not watched.
     """
@@ -502,8 +485,9 @@ IMPORTS_MAX_BYTES = 64 * 1024 * 1024
 
 
 def read_imports(path: Path) -> tuple[dict[str, Any], ...]:
-    """The imports report of a check phase (:data:`IMPORTS_ENV`): one dict per process that
-    wrote a well-formed line, in order; empty when the file is missing or too large."""
+    """The imports report of a check phase (:data:`~pytest_ralph.util.env.IMPORTS_ENV`): one
+    dict per process that wrote a well-formed line, in order; empty when the file is missing or
+    too large."""
     try:
         if path.stat().st_size > IMPORTS_MAX_BYTES:
             return ()

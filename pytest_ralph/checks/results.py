@@ -79,7 +79,7 @@ class CheckResults:
         exitstatus: the child pytest's exit status (``-1`` when unknown).
         duration: seconds the phase took.
         imports: what the phase's Python processes imported, when the loop asked (one dict
-            per process, see :data:`pytest_ralph.checks.phase.IMPORTS_ENV`); never stored.
+            per process, see :data:`pytest_ralph.util.env.IMPORTS_ENV`); never stored.
     """
 
     criteria: tuple[CriterionResult, ...]

@@ -45,9 +45,7 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-#: Environment variable: the shared folder (see :func:`shared_folder`); empty gives each run a
-#: temporary folder of its own.
-PYCACHE_ENV = "PYTEST_RALPH_PYCACHE"
+from ..util.env import PYCACHE_ENV
 
 #: The shared folder's name under ``$XDG_CACHE_HOME/pytest-ralph`` (``~/.cache``). Not
 #: ``pycache``, which earlier versions let check phases write.

@@ -30,8 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-#: Set for a check phase's child pytest: the JSON file of its judges (see :func:`write_judges`).
-JUDGES_ENV = "PYTEST_RALPH_JUDGES"
+from ..util.env import JUDGES_ENV
 
 #: How many changed paths a message names.
 _SHOWN = 5

@@ -33,11 +33,11 @@ import pytest
 import yaml  # noqa: F401
 
 from ..checks.kinds import VERIFIER_KIND, VERIFIER_PASSED
-from ..checks.phase import CHILD_ENV, WORKER_ROOTDIR_ENV
 from ..checks.results import CriterionResult, prd_order, write_results
 from ..claude.arming import CONTROLLER_ENV
 from ..loop.settings import SPECS, Settings, SettingsError, default_text, describe, resolve
 from ..prd.load import PRD_FILE_NAMES, PRD_FORMATS, discover_prd
+from ..util.env import CHILD_ENV, WORKER_ROOTDIR_ENV
 from .collect import (
     COLLECTED_PRDS,
     DIALECTS,

@@ -30,7 +30,8 @@ from typing import Any
 
 import pytest
 
-from ..checks.kinds import PROBE_FAILURE, PROBE_TOKEN_ENV, probe_names
+from ..checks.kinds import PROBE_FAILURE, probe_names
+from ..util.env import PROBE_TOKEN_ENV
 
 #: Where an invariant breach is named in a report's ``longrepr``.
 TAMPERED = ("pytest-ralph: this test raised {exc}, yet its report said passed: code loaded by "

@@ -16,3 +16,34 @@ MARKER_PARTS = (".claude", "pytest-ralph.local.json")
 
 #: The agent argv recorded for the turns of a Claude Code run (the session is the agent).
 SESSION_ARGV = ("claude-code-session",)
+
+#: Set in a check phase's child pytest (:mod:`pytest_ralph.checks.phase`): the child checks,
+#: it never drives a loop.
+CHILD_ENV = "PYTEST_RALPH_CHILD"
+
+#: Set by the check phase's launcher for its pytest-xdist workers (and removed by each when it
+#: reads it): the ``sys.path`` entry before which the worker puts the working directory ("":
+#: first).
+WORKER_ROOTDIR_ENV = "PYTEST_RALPH_WORKER_ROOTDIR_BEFORE"
+
+#: Set for a check phase whose imports the loop wants to know (the baseline): each process
+#: started by :data:`pytest_ralph.checks.phase.PYTEST_LAUNCHER` (the phase's child pytest, and
+#: each ``pytest`` criterion's) appends one JSON line to the file it names when its session
+#: ends: ``{"path": [sys.path entries, absolute], "modules": {top-level name: file, or folder
+#: ending in "/" for a namespace package}, "sources": [every imported .py file]}``. The guard
+#: learns from it which modules a new file could shadow (:mod:`pytest_ralph.oracle.judges`).
+IMPORTS_ENV = "PYTEST_RALPH_IMPORTS"
+
+#: The folder the loop's check phases keep bytecode in, shared by runs
+#: (:func:`pytest_ralph.checks.phase.shared_bytecode_dir`,
+#: :func:`pytest_ralph.oracle.bytecode.shared_folder`); empty gives each run a temporary
+#: folder of its own.
+PYCACHE_ENV = "PYTEST_RALPH_PYCACHE"
+
+#: Hands :mod:`pytest_ralph.plugin.probe` (loaded into a ``pytest`` criterion's child) its
+#: token: 16 hexadecimal digits, new for each child.
+PROBE_TOKEN_ENV = "PYTEST_RALPH_PROBE"
+
+#: Set for a check phase's child pytest: the JSON file of its judges (see
+#: :func:`pytest_ralph.oracle.phasewatch.write_judges`).
+JUDGES_ENV = "PYTEST_RALPH_JUDGES"

@@ -12,12 +12,12 @@ import pytest
 
 from pytest_ralph.checks.kinds import (
     PROBE_FAILURE,
-    PROBE_TOKEN_ENV,
     PytestCheck,
     _junit_counts,
     _without_probes,
     probe_names,
 )
+from pytest_ralph.util.env import PROBE_TOKEN_ENV
 from tests.support.chaos import PATCH_REPORTS, REWRITE_JUNIT, SWALLOW_CALLS, SWALLOW_FUNCTIONS
 
 pytest_plugins = ["pytester"]
