@@ -22,8 +22,8 @@ _LAZY = {
     "PRDError": "pytest_ralph.prd.load",
     "Problem": "pytest_ralph.prd.load",
     "load_prd": "pytest_ralph.prd.load",
-    "Check": "pytest_ralph.checks.kinds",
-    "CheckResult": "pytest_ralph.checks.kinds",
+    "Check": "pytest_ralph.checks.base",
+    "CheckResult": "pytest_ralph.checks.base",
     "GO_ON": "pytest_ralph.loop.hooks",
     "HookError": "pytest_ralph.loop.hooks",
     "LoopHooks": "pytest_ralph.loop.hooks",
@@ -34,7 +34,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from typing import Any
 
-    from .checks.kinds import Check, CheckResult
+    from .checks.base import Check, CheckResult
     from .loop.hooks import GO_ON, HookError, LoopHooks, StopContext, StopDecision
     from .prd.load import PRDError, Problem, load_prd
     from .prd.model import PRD, Criterion, Story

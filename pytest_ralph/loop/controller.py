@@ -37,7 +37,6 @@ from ..agents.run import (
     run_agent,
 )
 from ..checks.fingerprint import fingerprint, normalize_failure
-from ..checks.kinds import VERIFIER_KIND
 from ..checks.phase import (
     CheckPhaseConfig,
     run_check_phase,
@@ -45,6 +44,7 @@ from ..checks.phase import (
 )
 from ..checks.results import CheckResults, CriterionResult
 from ..checks.verdicts import apply, story_notes, story_verdicts
+from ..checks.verifier import VERIFIER_KIND
 from ..oracle.bytecode import TrustedBytecode
 from ..oracle.importguard import guarded
 from ..oracle.snapshot import (

@@ -64,8 +64,8 @@ from importlib import resources
 from pathlib import Path
 
 from ..checks.fingerprint import normalize_failure
-from ..checks.kinds import VERIFIER_KIND
 from ..checks.results import CheckResults, CriterionResult
+from ..checks.verifier import VERIFIER_KIND
 from ..prd.model import CRITERION_KINDS, PRD, Criterion, Story
 from ..util.files import read_text
 

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..checks.base import CLAIMED_NOTE
 from ..checks.fingerprint import fingerprint
-from ..checks.kinds import CLAIMED_NOTE
 from ..checks.results import CheckResults
 from ..util.env import SESSION_ARGV
 from ..util.files import atomic_write_text

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..checks.kinds import DEFAULT_CHECK_TIMEOUT
+from ..checks.base import DEFAULT_CHECK_TIMEOUT
 from ..prd.load import MAX_PRD_BYTES
 from ..prd.model import fold_text
 from ..sandbox.bwrap import SANDBOX_MODES

@@ -32,8 +32,8 @@ import pytest
 # the node classes of the first import, so a second import of PyYAML misreads every file.
 import yaml  # noqa: F401
 
-from ..checks.kinds import VERIFIER_KIND, VERIFIER_PASSED
 from ..checks.results import CriterionResult, prd_order, write_results
+from ..checks.verifier import VERIFIER_KIND, VERIFIER_PASSED
 from ..claude.arming import CONTROLLER_ENV
 from ..loop.settings import SPECS, Settings, SettingsError, default_text, describe, resolve
 from ..prd.load import PRD_FILE_NAMES, PRD_FORMATS, discover_prd

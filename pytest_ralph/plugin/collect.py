@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from ..checks.kinds import CheckResult, UnknownKindCheck
+from ..checks.base import CheckResult
+from ..checks.registry import UnknownKindCheck
 from ..loop.hooks import HookError
 from ..oracle import phasewatch
 from ..prd.load import PRDError, load_prd

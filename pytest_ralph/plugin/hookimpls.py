@@ -28,7 +28,7 @@ from ..util.files import read_bytes
 
 if TYPE_CHECKING:
     from ..agents.run import AgentRun
-    from ..checks.kinds import Check
+    from ..checks.base import Check
     from ..checks.results import CheckResults, CriterionResult
     from ..prd.model import PRD, Criterion, Story
 
@@ -160,7 +160,8 @@ def _raised(hook: str, exc: Exception) -> HookError:
 
 def _check_factory(config: pytest.Config) -> Callable[..., Check]:
     """:func:`pytest_ralph.checks.kinds.make_check` with this session's settings filled in."""
-    from ..checks.kinds import make_check, pin_args
+    from ..checks.pytest_kind import pin_args
+    from ..checks.registry import make_check
     from . import get_settings
 
     settings = get_settings(config)

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     import pytest
 
     from ..agents.run import AgentRun
-    from ..checks.kinds import Check
+    from ..checks.base import Check
     from ..checks.results import CheckResults, CriterionResult
     from ..loop.hooks import StopContext, StopDecision
     from ..loop.prompt import PromptContext

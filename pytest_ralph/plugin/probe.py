@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from ..checks.kinds import PROBE_FAILURE, probe_names
+from ..checks.pytest_kind import PROBE_FAILURE, probe_names
 from ..util.env import PROBE_TOKEN_ENV
 
 #: Where an invariant breach is named in a report's ``longrepr``.

@@ -197,7 +197,7 @@ def test_ralph_checks_bad_line_names_the_source(pytester: pytest.Pytester, write
 ])
 def test_paths_are_read_as_pathlib_reads_them(tmp_path: Path, kind: str, target: str,
                                               passes: bool) -> None:
-    from pytest_ralph.checks.kinds import make_check
+    from pytest_ralph.checks.registry import make_check
     from pytest_ralph.prd.model import Criterion, Story
 
     (tmp_path / "README.md").write_text("# x\n")
@@ -215,7 +215,7 @@ def test_a_schema_check_never_fetches_a_remote_ref(tmp_path: Path,
     registry, nothing is opened, and a missing local file is named."""
     import urllib.request
 
-    from pytest_ralph.checks.kinds import SchemaCheck
+    from pytest_ralph.checks.files import SchemaCheck
 
     opened: list[object] = []
     monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: opened.append(a))

@@ -14,7 +14,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from pytest_ralph.checks.kinds import git_state
+from pytest_ralph.checks.verifier import git_state
 from tests.conftest import PY, story
 
 Writer = Callable[..., Path]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_ralph.checks.kinds import DEFAULT_CHECK_TIMEOUT
+from pytest_ralph.checks.base import DEFAULT_CHECK_TIMEOUT
 from pytest_ralph.loop.settings import (
     SPEC_BY_NAME,
     SPECS,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ralph.checks.kinds import (
+from pytest_ralph.checks.pytest_kind import (
     PROBE_FAILURE,
     PytestCheck,
     _junit_counts,
@@ -251,7 +251,7 @@ def test_forgeries_written_against_the_probe_fail_their_criterion(
 
 
 def test_a_report_written_twice_is_seen() -> None:
-    from pytest_ralph.checks.kinds import _written_twice
+    from pytest_ralph.checks.pytest_kind import _written_twice
 
     one = b'<testsuites><testsuite tests="1"/></testsuites>'
     assert not _written_twice(one) and not _written_twice(b"") and not _written_twice(b"<a")
