@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
-from ..prd.load import _default_text
 from ..prd.model import CRITERION_KINDS, Criterion, Story, fold_text
+from ..prd.model import default_text as _default_text
 from ..util.files import NotRegularFile, check_regular, kind_of, open_regular, read_text
 from ..util.process import Finished, read_tail, run_in_group
 from .phase import (

@@ -56,7 +56,8 @@ from ..oracle.snapshot import (
     snapshot_to_json,
     with_imports,
 )
-from ..prd.load import PRD_FILE_NAMES, PRD_SEARCH_DIRS, PRDError, discover_prd, load_prd
+from ..prd.errors import PRDError
+from ..prd.load import PRD_FILE_NAMES, PRD_SEARCH_DIRS, discover_prd, load_prd
 from ..prd.model import PRD, Story, fold_text, slugify
 from ..prd.writeback import write_back
 from ..sandbox.bwrap import (

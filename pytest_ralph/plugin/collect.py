@@ -18,7 +18,8 @@ import pytest
 from ..checks.kinds import CheckResult, UnknownKindCheck
 from ..loop.hooks import HookError
 from ..oracle import phasewatch
-from ..prd.load import PRDError, load_prd
+from ..prd.errors import PRDError
+from ..prd.load import load_prd
 from ..prd.model import Criterion, Story
 from .failure import FailureText
 
