@@ -56,6 +56,7 @@ from ..oracle.snapshot import (
     snapshot_to_json,
     with_imports,
 )
+from ..prd.describe import dialect_line, no_stories_message
 from ..prd.errors import PRDError
 from ..prd.load import PRD_FILE_NAMES, PRD_SEARCH_DIRS, discover_prd, load_prd
 from ..prd.model import PRD, Story, fold_text, slugify
@@ -104,7 +105,7 @@ from .prompt import (
     same_failure_counts,
     template_path,
 )
-from .report import dialect_line, no_stories_message, shown_path, story_report, why, write_report
+from .report import shown_path, story_report, why, write_report
 from .settings import Settings, from_person, to_json
 
 # Exit codes of ``pytest --ralph`` (PRODUCT.md section 3).

@@ -61,7 +61,7 @@ class PRDFile(pytest.File):
         self.config.stash.setdefault(COLLECTED_PRDS, set()).add(self.path.resolve())
         prd = load_prd(self.path, max_bytes=settings.max_prd_bytes)
         if prd.dialect != "canonical" or not prd.stories:
-            from ..loop.report import dialect_line, no_stories_message  # lazy: rarely needed
+            from ..prd.describe import dialect_line, no_stories_message  # lazy: rarely needed
 
             line = dialect_line(prd)
             if line:
