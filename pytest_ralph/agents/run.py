@@ -24,7 +24,7 @@ from ..util.process import read_tail, run_streaming, supervised
 from ..util.redact import Redactor
 
 if TYPE_CHECKING:
-    from .presets import OutputReader, Verdict
+    from .readers import OutputReader, Verdict
 
 #: Outcomes after which the agent is taken to have run properly (the breaker counts them).
 RAN_OUTCOMES = ("ok", "timeout")
@@ -281,7 +281,7 @@ def run_agent(
 
     The agent's stdout and stderr are streamed into ``log_path`` while it runs (never held
     whole in memory); stdout lines also go to ``reader``, the CLI's structured-output
-    reader (:mod:`pytest_ralph.agents.presets`), which classifies the run: an ``api-error`` or
+    reader (:mod:`pytest_ralph.agents.readers`), which classifies the run: an ``api-error`` or
     ``rate-limited`` verdict wins over the exit code (Claude Code reports an API error with
     ``is_error: true``, formerly with exit 0). Otherwise exit 0 is ``ok``, a signal
     ``crash``, any other status ``exit-nonzero``; the timeout gives ``timeout``.

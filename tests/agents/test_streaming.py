@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ralph.agents.presets import Verdict
+from pytest_ralph.agents.readers import Verdict
 from pytest_ralph.agents.run import (
     MAX_LINE_BYTES,
     STDERR_LINE_BYTES,
