@@ -22,6 +22,7 @@ from ..sandbox.bwrap import Confinement, Sandbox, exit_status, wrap
 from ..util.env import CONTROLLER_ENV
 from ..util.process import read_tail, run_streaming, supervised
 from ..util.redact import Redactor
+from .readers import MAX_LINE_BYTES
 
 if TYPE_CHECKING:
     from .readers import OutputReader, Verdict
@@ -159,9 +160,6 @@ STDERR_TAIL_LINES = 40
 
 #: Bytes of one stderr line kept for the output reader.
 STDERR_LINE_BYTES = 2000
-
-#: Bytes of one stdout line handed to the output reader; a longer line arrives cut.
-MAX_LINE_BYTES = 1024 * 1024
 
 
 class _Lines:
