@@ -60,6 +60,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from .util.env import ENV_PREFIX, ITERATION_ENV, PROMPT_FILE_ENV
+
 if TYPE_CHECKING:
     import socketserver
 
@@ -135,7 +137,7 @@ class AgentCall:
     @property
     def prompt_file(self) -> Path | None:
         """The prompt file the loop wrote (``PYTEST_RALPH_PROMPT_FILE``), or ``None``."""
-        value = self.env.get("PYTEST_RALPH_PROMPT_FILE")
+        value = self.env.get(PROMPT_FILE_ENV)
         return Path(value) if value else None
 
     def to_json(self) -> dict[str, Any]:
@@ -579,7 +581,7 @@ def _read_prompt() -> str:
         if stdin is not None and not stdin.isatty():
             data = stdin.buffer.read()
     if not data.strip():
-        name = os.environ.get("PYTEST_RALPH_PROMPT_FILE")
+        name = os.environ.get(PROMPT_FILE_ENV)
         if name:
             with contextlib.suppress(OSError):
                 data = Path(name).read_bytes()
@@ -588,7 +590,7 @@ def _read_prompt() -> str:
 
 def _iteration() -> int | None:
     try:
-        return int(os.environ["PYTEST_RALPH_ITERATION"])
+        return int(os.environ[ITERATION_ENV])
     except (KeyError, ValueError):
         return None
 
@@ -630,7 +632,7 @@ def _run_script(script: Path, args: Sequence[str]) -> int:
     """
     data = _read_script(script)
     env = dict(os.environ) if data.get("env") == "all" else {
-        k: v for k, v in os.environ.items() if k.startswith("PYTEST_RALPH_")}
+        k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
     cwd = Path.cwd()
     call = {"n": 0, "iteration": _iteration(), "prompt": _read_prompt(), "cwd": str(cwd),
             "env": env, "args": list(args)}
@@ -660,7 +662,7 @@ def _run_script(script: Path, args: Sequence[str]) -> int:
 _USAGE = f"""usage: python -m {_MODULE} replay SCRIPT [ARGS...]
 
 Run one step of a scripted agent (see write_replay() and ScriptedAgent in {_MODULE}).
-The prompt is read from stdin (or the file named by PYTEST_RALPH_PROMPT_FILE); ARGS are
+The prompt is read from stdin (or the file named by {PROMPT_FILE_ENV}); ARGS are
 recorded with the call. Exit: the step's exit code; 1 when a callable step raised; 2 when
 the script or a step cannot be used.
 """

@@ -80,6 +80,7 @@ from ..state.verified import (
     weakening,
     write_pointer,
 )
+from ..util.env import ITERATION_ENV, PROMPT_FILE_ENV
 from ..util.files import read_text
 from ..util.process import become_subreaper, descendant_pids, sweep_descendants
 from ..util.redact import Redactor
@@ -912,8 +913,8 @@ class Loop:
             agent_run = run_agent(agent_argv, prompt=prompt, prompt_file=folder / "prompt.md",
                                   cwd=self.rootdir, timeout=self._agent_timeout(),
                                   log_path=folder / "agent.log",
-                                  env={"PYTEST_RALPH_ITERATION": str(n),
-                                       "PYTEST_RALPH_PROMPT_FILE": str(folder / "prompt.md")},
+                                  env={ITERATION_ENV: str(n),
+                                       PROMPT_FILE_ENV: str(folder / "prompt.md")},
                                   reader=reader_for(argv), redactor=self._redactor,
                                   sandbox=self.sandbox,
                                   confinement=self._agent_confinement(agent_argv)

@@ -16,3 +16,12 @@ MARKER_PARTS = (".claude", "pytest-ralph.local.json")
 
 #: The agent argv recorded for the turns of a Claude Code run (the session is the agent).
 SESSION_ARGV = ("claude-code-session",)
+
+#: The start of every environment variable pytest-ralph sets or reads.
+ENV_PREFIX = "PYTEST_RALPH_"
+
+#: Environment variable ``pytest --ralph`` sets for an agent run: the iteration's number.
+ITERATION_ENV = "PYTEST_RALPH_ITERATION"
+
+#: Environment variable ``pytest --ralph`` sets for an agent run: the path of the prompt file.
+PROMPT_FILE_ENV = "PYTEST_RALPH_PROMPT_FILE"
