@@ -19,8 +19,8 @@ _LAZY = {
     "PRD": "pytest_ralph.prd.model",
     "Criterion": "pytest_ralph.prd.model",
     "Story": "pytest_ralph.prd.model",
-    "PRDError": "pytest_ralph.prd.load",
-    "Problem": "pytest_ralph.prd.load",
+    "PRDError": "pytest_ralph.prd.errors",
+    "Problem": "pytest_ralph.prd.errors",
     "load_prd": "pytest_ralph.prd.load",
     "Check": "pytest_ralph.checks.base",
     "CheckResult": "pytest_ralph.checks.base",
@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
     from .checks.base import Check, CheckResult
     from .loop.hooks import GO_ON, HookError, LoopHooks, StopContext, StopDecision
-    from .prd.load import PRDError, Problem, load_prd
+    from .prd.errors import PRDError, Problem
+    from .prd.load import load_prd
     from .prd.model import PRD, Criterion, Story
 
 

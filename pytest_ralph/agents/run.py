@@ -22,9 +22,10 @@ from ..sandbox.bwrap import Confinement, Sandbox, exit_status, wrap
 from ..util.env import CONTROLLER_ENV
 from ..util.process import read_tail, run_streaming, supervised
 from ..util.redact import Redactor
+from .readers import MAX_LINE_BYTES
 
 if TYPE_CHECKING:
-    from .presets import OutputReader, Verdict
+    from .readers import OutputReader, Verdict
 
 #: Outcomes after which the agent is taken to have run properly (the breaker counts them).
 RAN_OUTCOMES = ("ok", "timeout")
@@ -160,9 +161,6 @@ STDERR_TAIL_LINES = 40
 #: Bytes of one stderr line kept for the output reader.
 STDERR_LINE_BYTES = 2000
 
-#: Bytes of one stdout line handed to the output reader; a longer line arrives cut.
-MAX_LINE_BYTES = 1024 * 1024
-
 
 class _Lines:
     """Splits a byte stream into lines, each cut to ``limit`` bytes, handed to ``sink``."""
@@ -281,7 +279,7 @@ def run_agent(
 
     The agent's stdout and stderr are streamed into ``log_path`` while it runs (never held
     whole in memory); stdout lines also go to ``reader``, the CLI's structured-output
-    reader (:mod:`pytest_ralph.agents.presets`), which classifies the run: an ``api-error`` or
+    reader (:mod:`pytest_ralph.agents.readers`), which classifies the run: an ``api-error`` or
     ``rate-limited`` verdict wins over the exit code (Claude Code reports an API error with
     ``is_error: true``, formerly with exit 0). Otherwise exit 0 is ``ok``, a signal
     ``crash``, any other status ``exit-nonzero``; the timeout gives ``timeout``.

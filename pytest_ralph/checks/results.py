@@ -183,7 +183,8 @@ def prd_order(nodeids: Iterable[str], rootdir: Path) -> dict[str, int]:
         nodeids: pytest node ids, relative to ``rootdir`` (as pytest makes them).
         rootdir: the session's rootdir.
     """
-    from ..prd.load import PRDError, load_prd
+    from ..prd.errors import PRDError
+    from ..prd.load import load_prd
 
     ids = list(nodeids)
     files: dict[str, int] = {}

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..prd.load import _default_text
-from ..prd.model import Criterion, Story
+from ..prd.model import Criterion, Story, default_text
 from ..util.process import read_tail, run_in_group
 from .base import OUTPUT_TAIL_BYTES, CheckResult, command_env, timed_out
 
@@ -62,7 +61,7 @@ def prd_criterion(criterion: Criterion) -> str | dict[str, Any]:
     out: dict[str, Any] = {}
     if criterion.id != f"AC{criterion.index}":
         out["id"] = criterion.id
-    if criterion.text != _default_text(criterion.kind, criterion.spec):
+    if criterion.text != default_text(criterion.kind, criterion.spec):
         out["text"] = criterion.text
     out.update(criterion.spec)
     return out

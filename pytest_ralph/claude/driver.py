@@ -54,7 +54,8 @@ from ..loop.prompt import pick_story
 from ..loop.settings import Settings, SettingsError, from_json, to_json
 from ..oracle.importguard import guarded
 from ..oracle.snapshot import snapshot_from_json, snapshot_to_json
-from ..prd.load import PRDError, load_prd
+from ..prd.errors import PRDError
+from ..prd.load import load_prd
 from ..prd.model import PRD
 from ..state.folder import RunDir, StateDir, StateError
 from ..state.history import DB_NAME, History, HistoryError, NoHistory

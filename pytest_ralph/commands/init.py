@@ -38,7 +38,8 @@ from tomlkit.exceptions import ParseError
 from tomlkit.items import Comment, Table, Whitespace
 
 from ..loop.settings import SPEC_BY_NAME, Settings
-from ..prd.load import PRDError, discover_prd, load_prd
+from ..prd.errors import PRDError
+from ..prd.load import discover_prd, load_prd
 from ..util.files import NotRegularFile, read_bytes
 
 #: The file :func:`scaffold` writes when the project has no PRD.

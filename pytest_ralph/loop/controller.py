@@ -56,7 +56,9 @@ from ..oracle.snapshot import (
     snapshot_to_json,
     with_imports,
 )
-from ..prd.load import PRD_FILE_NAMES, PRD_SEARCH_DIRS, PRDError, discover_prd, load_prd
+from ..prd.describe import dialect_line, no_stories_message
+from ..prd.errors import PRDError
+from ..prd.load import PRD_FILE_NAMES, PRD_SEARCH_DIRS, discover_prd, load_prd
 from ..prd.model import PRD, Story, fold_text, slugify
 from ..prd.writeback import write_back
 from ..sandbox.bwrap import (
@@ -78,6 +80,7 @@ from ..state.verified import (
     weakening,
     write_pointer,
 )
+from ..util.env import ITERATION_ENV, PROMPT_FILE_ENV
 from ..util.files import read_text
 from ..util.process import become_subreaper, descendant_pids, sweep_descendants
 from ..util.redact import Redactor
@@ -103,7 +106,7 @@ from .prompt import (
     same_failure_counts,
     template_path,
 )
-from .report import dialect_line, no_stories_message, shown_path, story_report, why, write_report
+from .report import shown_path, story_report, why, write_report
 from .settings import Settings, from_person, to_json
 
 # Exit codes of ``pytest --ralph`` (PRODUCT.md section 3).
@@ -910,8 +913,8 @@ class Loop:
             agent_run = run_agent(agent_argv, prompt=prompt, prompt_file=folder / "prompt.md",
                                   cwd=self.rootdir, timeout=self._agent_timeout(),
                                   log_path=folder / "agent.log",
-                                  env={"PYTEST_RALPH_ITERATION": str(n),
-                                       "PYTEST_RALPH_PROMPT_FILE": str(folder / "prompt.md")},
+                                  env={ITERATION_ENV: str(n),
+                                       PROMPT_FILE_ENV: str(folder / "prompt.md")},
                                   reader=reader_for(argv), redactor=self._redactor,
                                   sandbox=self.sandbox,
                                   confinement=self._agent_confinement(agent_argv)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..checks.base import CLAIMED_NOTE
 from ..checks.fingerprint import fingerprint
 from ..checks.results import CheckResults
+from ..prd.describe import dialect_notes
 from ..util.env import SESSION_ARGV
 from ..util.files import atomic_write_text
 from ..util.text import plural
@@ -57,37 +58,6 @@ def shown_path(path: Path, root: Path) -> str:
         return path.resolve().relative_to(root.resolve()).as_posix()
     except (ValueError, OSError):
         return str(path)
-
-
-def dialect_line(prd: PRD) -> str | None:
-    """What the loader did to a PRD that is not in the canonical shape, on one line:
-    ``dialect tasks+steps+status (stories under $.tasks; ids synthesized from position:
-    S1..S3; ...)``; ``None`` for a canonical PRD."""
-    if prd.dialect == "canonical":
-        return None
-    notes = dialect_notes(prd)
-    return f"dialect {prd.dialect}" + (f" ({'; '.join(notes)})" if notes else "")
-
-
-def dialect_notes(prd: PRD) -> list[str]:
-    """The loader's notes on ``prd`` (what it renamed or synthesized), without the "no
-    stories" note of an empty PRD, which :func:`no_stories_message` says better."""
-    return [n for n in prd.dialect_notes
-            if prd.stories or not n.startswith("no stories")]
-
-
-def no_stories_message(prd: PRD) -> str:
-    """Why a PRD with no stories has nothing to check, naming where the stories were looked
-    for: ``no user stories: $.tasks is empty; expected at least one story with acceptance
-    criteria``."""
-    where = prd.stories_path
-    if where == "$":
-        what = "the top-level array is empty"
-    elif where.endswith("[].stories"):
-        what = f"no phase under {where.removesuffix('[].stories')} has any story"
-    else:
-        what = f"{where} is empty"
-    return f"no user stories: {what}; expected at least one story with acceptance criteria"
 
 
 def story_report(run: RunRecord, story_id: str) -> dict[str, object]:

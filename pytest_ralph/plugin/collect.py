@@ -19,7 +19,8 @@ from ..checks.base import CheckResult
 from ..checks.registry import UnknownKindCheck
 from ..loop.hooks import HookError
 from ..oracle import phasewatch
-from ..prd.load import PRDError, load_prd
+from ..prd.errors import PRDError
+from ..prd.load import load_prd
 from ..prd.model import Criterion, Story
 from .failure import FailureText
 
@@ -61,7 +62,7 @@ class PRDFile(pytest.File):
         self.config.stash.setdefault(COLLECTED_PRDS, set()).add(self.path.resolve())
         prd = load_prd(self.path, max_bytes=settings.max_prd_bytes)
         if prd.dialect != "canonical" or not prd.stories:
-            from ..loop.report import dialect_line, no_stories_message  # lazy: rarely needed
+            from ..prd.describe import dialect_line, no_stories_message  # lazy: rarely needed
 
             line = dialect_line(prd)
             if line:

@@ -40,7 +40,8 @@ def load_session_prd(config: pytest.Config, path: Path | None = None) -> PRD:
         pytest.fail.Exception: no PRD is configured or found, or it is invalid (the message
             lists every problem, without a traceback).
     """
-    from ..prd.load import PRD_FILE_NAMES, PRDError, load_prd
+    from ..prd.errors import PRDError
+    from ..prd.load import PRD_FILE_NAMES, load_prd
     from . import get_settings
 
     path = path or _prd_path(config)
@@ -91,7 +92,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # Parametrized by another pytest_generate_tests (a conftest's) before this one.
     if any("ralph_story" in call.params for call in getattr(metafunc, "_calls", ())):
         return
-    from ..prd.load import PRDError, load_prd
+    from ..prd.errors import PRDError
+    from ..prd.load import load_prd
 
     path = _prd_path(metafunc.config)
     ids: list[str] = []

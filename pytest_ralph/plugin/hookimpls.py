@@ -251,7 +251,7 @@ class ConfigHooks(LoopHooks):
             HookError: an implementation raised (a :class:`~pytest_ralph.prd.load.PRDError` from
                 ``pytest_ralph_prd_loaded`` passes through).
         """
-        from ..prd.load import PRDError
+        from ..prd.errors import PRDError
 
         try:
             return self._caller(name)(**kwargs, config=self.config)

@@ -278,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT,
                         help=f"the page to write or check (default: {PAGE})")
     args = parser.parse_args(argv)
-    from .load import schema
+    from .validate import schema
 
     text = prd_format_markdown(schema())
     path: Path = args.output

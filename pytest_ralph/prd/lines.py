@@ -2,7 +2,7 @@
 
 Every criterion item reports its line (pytest asks an item's location before it runs
 it), so a gate over a PRD of thousands of criteria asks for thousands of lines. The
-general locator (:class:`pytest_ralph.prd.load.Positions`) composes the whole file with
+general locator (:class:`pytest_ralph.prd.positions.Positions`) composes the whole file with
 PyYAML to place any JSON path; this module places just the paths items ask for,
 ``$.userStories[i]`` and ``$.userStories[i].acceptanceCriteria[j]``, by walking the
 file's structure with the ``json`` module's own C scanner, which skips each value in one

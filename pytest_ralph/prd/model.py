@@ -7,6 +7,7 @@ controller, the Stop hook and the pytest layer all share them.
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from collections.abc import Callable
@@ -224,3 +225,30 @@ def fold_text(text: str) -> str:
     """A criterion text as ini ``ralph_checks`` matches it: case-folded, runs of whitespace
     made one space, ends stripped."""
     return " ".join(text.casefold().split())
+
+
+def default_text(kind: str, c: dict[str, Any]) -> str:
+    """The headline of a check object that has no ``text``: what :attr:`Criterion.text` is
+    then, e.g. ``"pytest tests/test_login.py"`` or ``"out.txt contains /ok/"``.
+
+    Args:
+        kind: the criterion's kind (:data:`CRITERION_KINDS`, or a plugin's kind name).
+        c: the check object as the normalized PRD holds it (its ``id``/``text`` ignored).
+    """
+    if "kind" in c:  # a plugin's kind: its name and its fields
+        fields = {k: v for k, v in c.items() if k not in ("id", "text", "kind")}
+        return f"{kind} {json.dumps(fields, ensure_ascii=False)}" if fields else kind
+    if kind == "run":
+        return str(c.get("run", c.get("testCommand")))
+    if kind == "pytest":
+        targets = c["pytest"] if isinstance(c["pytest"], list) else [c["pytest"]]
+        return "pytest " + " ".join(targets)
+    if kind == "exists":
+        return f"{c['exists']} exists"
+    if kind == "sql":
+        return f"{c['sql']} on {c['db']} gives {json.dumps(c['expect'])}"
+    if kind == "schema":
+        return f"{c['instance']} matches the schema {c['schema']}"
+    if kind == "python":
+        return f"{c['python']}() passes"
+    return f"{c['file']} contains /{c['contains']}/" if "contains" in c else f"{c['file']} exists"

@@ -50,7 +50,8 @@ import yaml
 
 from ..util.files import atomic_write_text, read_bytes
 from .dialects import DialectError, Origin, json_path, normalize
-from .load import MAX_PRD_BYTES, PRD_FORMATS, Positions, strip_jsonc
+from .load import MAX_PRD_BYTES, PRD_FORMATS
+from .positions import Positions, strip_jsonc
 from .yamlload import YAML_LOADER
 
 #: Largest PRD write-back reads, in bytes (the loader's default limit is lower; a larger
@@ -340,7 +341,7 @@ class _Plan:
         changed: ids of the stories with an edit of the file.
         side_passes, side_notes: what goes to the sidecar, by story id.
 
-    Positions (:class:`~pytest_ralph.prd.load.Positions`) are computed on the first
+    Positions (:class:`~pytest_ralph.prd.positions.Positions`) are computed on the first
     :meth:`offset`, so a write-back that matches no story does not compose the file.
     """
 

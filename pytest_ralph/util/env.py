@@ -47,3 +47,12 @@ PROBE_TOKEN_ENV = "PYTEST_RALPH_PROBE"
 #: Set for a check phase's child pytest: the JSON file of its judges (see
 #: :func:`pytest_ralph.oracle.phasewatch.write_judges`).
 JUDGES_ENV = "PYTEST_RALPH_JUDGES"
+
+#: The start of every environment variable pytest-ralph sets or reads.
+ENV_PREFIX = "PYTEST_RALPH_"
+
+#: Environment variable ``pytest --ralph`` sets for an agent run: the iteration's number.
+ITERATION_ENV = "PYTEST_RALPH_ITERATION"
+
+#: Environment variable ``pytest --ralph`` sets for an agent run: the path of the prompt file.
+PROMPT_FILE_ENV = "PYTEST_RALPH_PROMPT_FILE"

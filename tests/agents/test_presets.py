@@ -15,20 +15,17 @@ from typing import Any
 
 import pytest
 
-from pytest_ralph.agents.presets import (
+from pytest_ralph.agents.presets import PRESETS, Preset, reader_for, resolve_agent
+from pytest_ralph.agents.readers import (
     MAX_LINE_BYTES,
-    PRESETS,
     CodexReader,
     GeminiReader,
     GooseReader,
     OpencodeReader,
     OutputReader,
     PlainReader,
-    Preset,
     ResultReader,
     Verdict,
-    reader_for,
-    resolve_agent,
 )
 from pytest_ralph.agents.run import AgentCommandError, render_argv
 

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ralph.agents.presets import Verdict
+from pytest_ralph.agents.readers import MAX_LINE_BYTES, Verdict
 from pytest_ralph.agents.run import (
-    MAX_LINE_BYTES,
     STDERR_LINE_BYTES,
     STDERR_TAIL_LINES,
     AgentRun,

@@ -19,8 +19,11 @@ import yaml
 
 from pytest_ralph.prd import fastpath as canonical
 from pytest_ralph.prd import load as prd
-from pytest_ralph.prd.load import PRDError, load_prd
+from pytest_ralph.prd import validate
+from pytest_ralph.prd.errors import PRDError
+from pytest_ralph.prd.load import load_prd
 from pytest_ralph.prd.model import PRD, Criterion, DeferredLine, Story
+from pytest_ralph.prd.positions import Positions
 
 BASE: dict[str, Any] = {
     "project": "Acme",
@@ -293,14 +296,14 @@ def test_lines_are_found_when_first_read(tmp_path: Path, fmt: str,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     path = _write(tmp_path, BASE, fmt)
     composed: list[str] = []
-    real = prd._Positions._build
+    real = Positions._build
 
     def spy(self: Any) -> Any:
         if self._map is None:
             composed.append("compose")
         return real(self)
 
-    monkeypatch.setattr(prd._Positions, "_build", spy)
+    monkeypatch.setattr(Positions, "_build", spy)
     loaded = load_prd(path)
     assert composed == []  # loading a valid file does not place anything
     story = loaded.stories[0]
@@ -311,7 +314,7 @@ def test_lines_are_found_when_first_read(tmp_path: Path, fmt: str,
     # JSON: the json module's scanner places stories and criteria; YAML: composed once
     assert composed == ([] if fmt == "json" else ["compose"])
     assert [c.line for c in story.criteria] == [
-        prd.Positions(path.read_text(encoding="utf-8"), fmt).at(c.json_path)[0]
+        Positions(path.read_text(encoding="utf-8"), fmt).at(c.json_path)[0]
         for c in story.criteria]
     # a pickled or copied criterion carries the line itself
     fresh = load_prd(path).stories[0].criteria[5]
@@ -338,7 +341,7 @@ def test_json_lines_agree_with_the_general_locator(tmp_path: Path) -> None:
         path.write_text(text, encoding="utf-8", newline="")
         assert _fast(path), fmt
         loaded = load_prd(path)
-        positions = prd.Positions(path.read_text(encoding="utf-8"), fmt)
+        positions = Positions(path.read_text(encoding="utf-8"), fmt)
         found = [(s.json_path, s.line) for s in loaded.stories] + [
             (c.json_path, c.line) for c in loaded.criteria()]
         assert found == [(jp, positions.at(jp)[0]) for jp, _ in found], fmt
@@ -382,13 +385,13 @@ def test_deferred_line_is_a_field_like_any_other() -> None:
 def test_fast_rules_follow_the_schema() -> None:
     """The fast path's table of check kinds is the schema's: a schema edit that adds a
     field or a kind fails here until canonical.py follows it."""
-    schema = prd.schema()
+    schema = validate.schema()
     defs = schema["$defs"]
     branches = {"run": "runCriterion", "testCommand": "runCriterion",
                 "pytest": "pytestCriterion", "exists": "existsCriterion",
                 "file": "fileCriterion", "sql": "sqlCriterion", "schema": "schemaCriterion",
                 "python": "pythonCriterion"}
-    assert set(canonical.CHECK_FIELDS) == set(prd.CHECK_KEYS) == set(branches)
+    assert set(canonical.CHECK_FIELDS) == set(validate.CHECK_KEYS) == set(branches)
     for key, branch in branches.items():
         fields = set(defs[branch]["properties"]) - {"id", "text"}
         assert canonical.CHECK_FIELDS[key] == fields, key

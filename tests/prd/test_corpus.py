@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ralph.prd.load import PRDError, load_prd
+from pytest_ralph.prd.errors import PRDError
+from pytest_ralph.prd.load import load_prd
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "prds"
 

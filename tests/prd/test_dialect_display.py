@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from pytest_ralph.loop.report import dialect_line, no_stories_message, shown_path
+from pytest_ralph.loop.report import shown_path
+from pytest_ralph.prd.describe import dialect_line, no_stories_message
 from pytest_ralph.prd.model import PRD, Criterion, Story
 from pytest_ralph.testing import AgentFactory
 from tests.conftest import PY

@@ -26,7 +26,8 @@ from pytest_ralph.prd.dialects import (
     normalize,
     source_path,
 )
-from pytest_ralph.prd.load import schema, strip_jsonc
+from pytest_ralph.prd.positions import strip_jsonc
+from pytest_ralph.prd.validate import schema
 
 VALIDATOR = jsonschema.Draft202012Validator(schema())
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from pytest_ralph.prd.docgen import COMMAND, DEFAULT_OUTPUT, prd_format_markdown
-from pytest_ralph.prd.load import schema
+from pytest_ralph.prd.validate import schema
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

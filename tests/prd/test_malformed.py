@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ralph.prd.load import (
+from pytest_ralph.prd.errors import (
     MAX_DEPTH,
     MAX_EXPANDED_VALUES,
     MAX_VALUES,
     PRDError,
     Problem,
-    load_prd,
 )
+from pytest_ralph.prd.load import load_prd
 
 PRIORITY = ("expected a priority: an integer 0..1000000, a number >= 0, high/medium/low or "
             "P0..P9; found ")

@@ -14,16 +14,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-from pytest_ralph.prd.load import (
-    MAX_PRD_BYTES,
-    PRDError,
-    Problem,
-    discover_prd,
-    load_prd,
-    schema,
-    strip_jsonc,
-)
+from pytest_ralph.prd.errors import PRDError, Problem
+from pytest_ralph.prd.load import MAX_PRD_BYTES, discover_prd, load_prd
 from pytest_ralph.prd.model import PRD, Criterion
+from pytest_ralph.prd.positions import strip_jsonc
+from pytest_ralph.prd.validate import schema
 
 CRITERION_EXPECTED = (
     "expected a criterion: a non-empty string, or an object with one check key "

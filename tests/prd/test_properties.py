@@ -39,7 +39,8 @@ from pytest_ralph.prd.dialects import (
     DialectError,
     normalize,
 )
-from pytest_ralph.prd.load import PRDError, load_prd
+from pytest_ralph.prd.errors import PRDError
+from pytest_ralph.prd.load import load_prd
 from pytest_ralph.prd.model import PRD
 
 SETTINGS = settings(max_examples=int(os.environ.get("PYTEST_RALPH_EXAMPLES", "300")),

@@ -14,7 +14,8 @@ import yaml
 from pytest_ralph.checks.results import CheckResults, CriterionResult
 from pytest_ralph.checks.verdicts import NOTE_MAX_CHARS, story_notes, story_verdicts
 from pytest_ralph.prd.dialects import Normalized, normalize
-from pytest_ralph.prd.load import load_prd, strip_jsonc
+from pytest_ralph.prd.load import load_prd
+from pytest_ralph.prd.positions import strip_jsonc
 from pytest_ralph.prd.writeback import NOTE_PREFIX, write_back
 from tests.conftest import PY, story
 

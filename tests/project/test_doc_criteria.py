@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from pytest_ralph.prd.load import CHECK_KEYS, CUSTOM_BRANCH, schema
 from pytest_ralph.prd.model import CRITERION_KINDS
+from pytest_ralph.prd.validate import CHECK_KEYS, CUSTOM_BRANCH, schema
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGE = DOCS / "criteria.md"

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROBE = """
 import sys
 sys.path.insert(0, sys.argv[1])
-import pytest_ralph.loop.prompt as p, pytest_ralph.prd.load as d
+import pytest_ralph.loop.prompt as p, pytest_ralph.prd.validate as d
 path = p.template_path("prompt.md")
 assert path.read_text("utf-8").startswith("# Ralph loop"), path
 assert d.schema()["title"] == "pytest-ralph PRD"
