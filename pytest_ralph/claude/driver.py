@@ -57,7 +57,8 @@ from ..oracle.snapshot import snapshot_from_json, snapshot_to_json
 from ..prd.load import PRDError, load_prd
 from ..prd.model import PRD
 from ..state.folder import RunDir, StateDir, StateError
-from ..state.history import DB_NAME, History, HistoryError, NoHistory
+from ..state.history import DB_NAME, History
+from ..state.records import HistoryError, NoHistory
 from ..util.redact import Redactor
 from ..util.text import now as _now
 from ..util.text import plural

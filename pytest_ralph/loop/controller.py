@@ -69,7 +69,8 @@ from ..sandbox.bwrap import (
     probe,
 )
 from ..state.folder import LockedError, RunDir, StateDir, StateError
-from ..state.history import DB_NAME, History, HistoryError, StoredIteration, StoredRun
+from ..state.history import DB_NAME, History
+from ..state.records import HistoryError, StoredIteration, StoredRun
 from ..state.verified import (
     changes_stat,
     keep_copies,

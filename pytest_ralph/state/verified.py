@@ -203,7 +203,8 @@ def check_loop_conftests(state_root: Path, rootdir: Path, anchors: Sequence[Path
         loop_conftests,
         snapshot_from_json,
     )
-    from .history import History, HistoryError
+    from .history import History
+    from .records import HistoryError
 
     db = state_root / db_name
     last_id = last_status = ""
