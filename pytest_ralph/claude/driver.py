@@ -56,8 +56,8 @@ from ..oracle.importguard import guarded
 from ..oracle.snapshot import snapshot_from_json, snapshot_to_json
 from ..prd.load import PRDError, load_prd
 from ..prd.model import PRD
-from ..state.folder import RunDir, StateDir, StateError
-from ..state.history import DB_NAME, History
+from ..state.folder import DB_NAME, RunDir, StateDir, StateError
+from ..state.history import History
 from ..state.records import HistoryError, NoHistory
 from ..util.redact import Redactor
 from ..util.text import now as _now

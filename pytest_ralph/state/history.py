@@ -44,9 +44,6 @@ from .opening import open_database
 from .records import RUN_STATUSES, StoredEvent, StoredRun, from_iso, iso, stored_run, to_json
 from .schema import RUN_COLUMNS
 
-#: File name of the history in the state folder.
-DB_NAME = "ralph.db"
-
 
 class History(IterationsMixin, DriversMixin):
     """An open run history. Get one with :meth:`History.open`; close it with :meth:`close`

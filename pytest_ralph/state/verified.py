@@ -37,9 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..oracle.snapshot import ABSENT, Change, Snapshot
-
-#: The folder of file copies in the state folder.
-COPIES = "oracle-files"
+from .folder import COPIES, DB_NAME
 
 #: Largest guarded file that is copied, in bytes.
 MAX_COPY_BYTES = 1024 * 1024
@@ -187,7 +185,7 @@ def weakening(changes: Iterable[Change]) -> list[Change]:
 
 
 def check_loop_conftests(state_root: Path, rootdir: Path, anchors: Sequence[Path],
-                         db_name: str = "ralph.db") -> str:
+                         db_name: str = DB_NAME) -> str:
     """Why ``pytest --ralph`` must not load its initial ``conftest.py`` files now, or ``""``.
 
     The loop's own process loads them when it starts, before pytest-ralph compares anything,
