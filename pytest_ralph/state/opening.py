@@ -227,7 +227,6 @@ def _translate(exc: BaseException, path: Path, *, move: bool) -> BaseException:
     return exc
 
 
-
 def _is_damage(exc: sqlite3.Error) -> bool:
     """Whether a SQLite error means a damaged file or not a database (not: locked, no
     permission, disk full...)."""
@@ -304,9 +303,6 @@ def _cannot(path: Path, exc: sqlite3.Error) -> str:
         return (f"the run history {path} stayed locked by another process for "
                 f"{BUSY_TIMEOUT:g} s ({exc}); try again when it is done")
     return f"cannot open the run history {path}: {exc}"
-
-
-
 
 
 def _package_version() -> str:

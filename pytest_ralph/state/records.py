@@ -41,7 +41,6 @@ class NoHistory(HistoryError):
     created."""
 
 
-
 # -- stored rows -----------------------------------------------------------------------------
 
 
@@ -236,7 +235,6 @@ class StoredEvent:
     time: _dt.datetime
     kind: str
     message: str
-
 
 
 # -- rows and values ---------------------------------------------------------------------------

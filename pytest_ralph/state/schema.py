@@ -231,7 +231,6 @@ MIGRATIONS: list[Callable[[sqlite3.Connection, bool], None]] = [_create_v1, _mig
                                                                  _migrate_v3]
 
 
-
 #: The columns each read selects (in the order of the row mappers of
 #: :mod:`pytest_ralph.state.records`).
 RUN_COLUMNS = ("id, prd, rootdir, agent_argv, settings, status, exit_code, reason, started, "
@@ -242,7 +241,6 @@ ITERATION_COLUMNS = ("run_id, n, story, started, finished, passing, total, exits
 AGENT_COLUMNS = "argv, exit_code, duration, outcome, log_path, detail"
 AGENT_COLUMNS_V2 = AGENT_COLUMNS + ", why, cost_usd, input_tokens, output_tokens, turns"
 CRITERION_COLUMNS = "nodeid, story, criterion, text, kind, outcome, message, claimed, duration"
-
 
 
 def read_version(conn: sqlite3.Connection, path: Path) -> int:

@@ -36,7 +36,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..oracle.snapshot import ABSENT, Change, Snapshot
+from ..oracle.snapshot import Change, Snapshot
+from ..oracle.walk import ABSENT
 from .folder import COPIES, DB_NAME
 
 #: Largest guarded file that is copied, in bytes.
@@ -197,7 +198,7 @@ def check_loop_conftests(state_root: Path, rootdir: Path, anchors: Sequence[Path
     """
     from ..oracle.snapshot import (
         LOOP_CONFTESTS,
-        _listing_detail,
+        listing_detail,
         loop_conftests,
         snapshot_from_json,
     )
@@ -237,7 +238,7 @@ def check_loop_conftests(state_root: Path, rootdir: Path, anchors: Sequence[Path
     digest, listing = loop_conftests(rootdir, anchors)
     if digest == before.digests[LOOP_CONFTESTS]:
         return ""
-    what = _listing_detail(LOOP_CONFTESTS, before.listings.get(LOOP_CONFTESTS, ()), listing)
+    what = listing_detail(LOOP_CONFTESTS, before.listings.get(LOOP_CONFTESTS, ()), listing)
     return (f"a conftest.py that `pytest --ralph` loads changed since the last run {last_id} "
             f"({last_status}) started ({what or 'changed'}): it would run inside the loop "
             "itself, before anything is checked, so it was not loaded; if you made this change, "

@@ -27,10 +27,10 @@ from pytest_ralph.oracle.snapshot import (
     Change,
     compare,
     loop_conftests,
-    run_pytest_targets,
     snapshot,
     with_imports,
 )
+from pytest_ralph.oracle.sources import run_pytest_targets
 from pytest_ralph.prd.load import load_prd
 from pytest_ralph.state.verified import changes_stat, check_loop_conftests, keep_copies, weakening
 from tests.conftest import story
@@ -251,7 +251,7 @@ def test_take_knows_its_subjects_only(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     assert take(f"folder file/{SHADOWS}", ["yaml"], tmp_path) == ("absent", ())
     for other in ("file tests/test_a.py", f"file sub{SHADOWS}"):
-        with pytest.raises(ValueError, match=r"not a subject of pytest_ralph\.judges"):
+        with pytest.raises(ValueError, match=r"not a subject of pytest_ralph\.oracle\.judges"):
             take(other, [], tmp_path)
 
 
