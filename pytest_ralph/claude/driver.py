@@ -57,8 +57,9 @@ from ..oracle.snapshot import snapshot_from_json, snapshot_to_json
 from ..prd.errors import PRDError
 from ..prd.load import load_prd
 from ..prd.model import PRD
-from ..state.folder import RunDir, StateDir, StateError
-from ..state.history import DB_NAME, History, HistoryError, NoHistory
+from ..state.folder import DB_NAME, RunDir, StateDir, StateError
+from ..state.history import History
+from ..state.records import HistoryError, NoHistory
 from ..util.redact import Redactor
 from ..util.text import now as _now
 from ..util.text import plural

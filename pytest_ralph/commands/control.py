@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..claude.arming import MarkerError, read_marker, remove_marker
-from ..state.folder import FILE_LOCKS, StateDir
-from ..state.history import DB_NAME, History, HistoryError, NoHistory, StoredDriver, StoredRun
+from ..state.folder import DB_NAME, FILE_LOCKS, StateDir
+from ..state.history import History
+from ..state.records import HistoryError, NoHistory, StoredDriver, StoredRun
 
 #: Exit code of ``--ralph-status`` / ``--ralph-cancel`` when the history cannot be read.
 EXIT_HISTORY_ERROR = 4

@@ -602,7 +602,9 @@ def _check_arming(rep: _Report, root: Path) -> None:
     except MarkerError as exc:
         rep.problem(str(exc))
         return
-    from ..state.history import DB_NAME, History, HistoryError  # sqlite3: only when a run is armed
+    from ..state.folder import DB_NAME
+    from ..state.history import History  # sqlite3: only when a run is armed
+    from ..state.records import HistoryError
 
     db = armed.state_dir / DB_NAME
     stale = (f"the next Stop removes {marker} and lets the session stop; delete it now, or "

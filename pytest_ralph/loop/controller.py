@@ -70,8 +70,9 @@ from ..sandbox.bwrap import (
     prepare_state_paths,
     probe,
 )
-from ..state.folder import LockedError, RunDir, StateDir, StateError
-from ..state.history import DB_NAME, History, HistoryError, StoredIteration, StoredRun
+from ..state.folder import DB_NAME, LockedError, RunDir, StateDir, StateError
+from ..state.history import History
+from ..state.records import HistoryError, StoredIteration, StoredRun
 from ..state.verified import (
     changes_stat,
     keep_copies,

@@ -80,7 +80,7 @@ def installed_names(folders: Iterable[str]) -> set[str]:
         except OSError:
             continue
         for entry in entries:
-            name = _module_name(entry)
+            name = module_name(entry)
             if name and name.isidentifier():
                 out.add(name)
             elif entry.isidentifier() and os.path.isfile(os.path.join(folder, entry,
@@ -89,7 +89,7 @@ def installed_names(folders: Iterable[str]) -> set[str]:
     return out
 
 
-def _module_name(filename: str) -> str | None:
+def module_name(filename: str) -> str | None:
     """``pdb`` for ``pdb.py``, ``pdb.pyc`` or ``pdb.cpython-311-x86_64-linux-gnu.so``."""
     if filename.endswith((".so", ".pyd")):
         return filename.partition(".")[0]
@@ -214,7 +214,7 @@ def _shadows(folder: Path, names: frozenset[str]) -> tuple[str, tuple[str, ...]]
     try:
         with os.scandir(folder) as it:
             for entry in it:
-                name = _module_name(entry.name)
+                name = module_name(entry.name)
                 if name in names and entry.is_file():
                     pairs.append((entry.name, _file_digest(entry.path)))
                 elif entry.name in names and entry.is_dir():

@@ -42,7 +42,7 @@ def write_judges(path: Path, snapshot: Any, rootdir: Path) -> None:
     ``{"files": [absolute paths], "folders": [absolute paths], "names": {folder: [names]}}``.
     """
     from .judges import SHADOWS
-    from .snapshot import _FILES
+    from .snapshot import FILES
 
     files: list[str] = []
     folders: list[str] = []
@@ -56,8 +56,8 @@ def write_judges(path: Path, snapshot: Any, rootdir: Path) -> None:
             files.append(absolute(subject[len("file "):]))
         elif subject.startswith("pytest configuration "):
             files.append(absolute(subject[len("pytest configuration "):]))
-        elif subject.startswith("folder ") and subject.endswith(_FILES):
-            folders.append(absolute(subject[len("folder "):-len(_FILES)].rstrip("/") or "."))
+        elif subject.startswith("folder ") and subject.endswith(FILES):
+            folders.append(absolute(subject[len("folder "):-len(FILES)].rstrip("/") or "."))
         elif subject.startswith("folder ") and subject.endswith(SHADOWS):
             folder = absolute(subject[len("folder "):-len(SHADOWS)].rstrip("/") or ".")
             names[folder] = list(snapshot.watch.get(subject, ()))
@@ -81,21 +81,21 @@ def _file(path: str) -> tuple[object, ...]:
 
 def _tree(folder: str) -> tuple[str, ...]:
     """The names of the files under ``folder`` (as the guard lists them), sorted."""
-    from .snapshot import _walk
+    from .walk import walk
 
-    return tuple(_walk(Path(folder))[0]) if os.path.isdir(folder) else ()
+    return tuple(walk(Path(folder))[0]) if os.path.isdir(folder) else ()
 
 
 def _entries(folder: str, names: frozenset[str]) -> tuple[tuple[str, object], ...]:
     """The entries of ``folder`` that are one of ``names`` (``name.py``, ``name/``...), with
     their signatures."""
-    from .judges import _module_name
+    from .judges import module_name
 
     out: list[tuple[str, object]] = []
     try:
         with os.scandir(folder) as it:
             for entry in it:
-                name = entry.name if entry.is_dir() else _module_name(entry.name)
+                name = entry.name if entry.is_dir() else module_name(entry.name)
                 if name in names:
                     out.append((entry.name, _file(entry.path)))
     except OSError:

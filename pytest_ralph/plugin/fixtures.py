@@ -187,11 +187,13 @@ class LoopResult:
 
     def prompts(self) -> list[str]:
         """The prompt of each agent iteration, in order (read from the state folder)."""
+        from ..state.folder import PROMPT_FILE
+
         if self.run is None:
             return []
         out = []
         for it in self.run.iterations[1:]:
-            path = it.folder / "prompt.md"
+            path = it.folder / PROMPT_FILE
             out.append(path.read_text("utf-8") if path.is_file() else "")
         return out
 
@@ -335,13 +337,14 @@ class RalphLoop:
         ``-s``) and kept in :attr:`LoopResult.output`.
         """
         from ..loop.controller import run_loop
+        from ..state.folder import REPORTS_DIR
 
         out = _Tee(sys.stdout)
         errors: list[str] = []
         loop = self._loop(out)
         code = run_loop(loop, dry_run=False, err=errors.append)
         run = loop.last_run
-        reports = sorted((loop.settings.dir / "reports").glob("*.md"),
+        reports = sorted((loop.settings.dir / REPORTS_DIR).glob("*.md"),
                          key=lambda p: p.stat().st_mtime)
         return LoopResult(
             exit_code=code, status=run.status if run else "",

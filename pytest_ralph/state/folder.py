@@ -6,6 +6,9 @@ Layout::
       .gitignore                  # "*": the folder never shows up in git status
       lock                        # held by the running loop (pid and start time inside)
       progress.txt                # append-only log of every iteration, readable by agents
+      ralph.db                    # the run history (SQLite)
+      passes.json                 # the verdicts the write-back cannot put in the PRD
+      oracle-files/<digest>       # copies of the guarded files, for diff stats
       runs/<run id>/
         run.json                  # the run so far, rewritten atomically after every iteration
         iteration-000/            # the baseline check
@@ -35,13 +38,30 @@ from typing import IO, Any
 from ..util.files import atomic_write_text, kind_of, open_regular
 from ..util.redact import Redactor
 
+#: The names in the state folder (see the layout above): its ``.gitignore``, the loop lock,
+#: the progress log, the run history (:mod:`pytest_ralph.state.history`), the write-back
+#: sidecar (:mod:`pytest_ralph.prd.writeback`), the folder of runs, the folder of reports,
+#: and the folder of file copies (:mod:`pytest_ralph.state.verified`).
+GITIGNORE = ".gitignore"
+LOCK_FILE = "lock"
 PROGRESS_FILE = "progress.txt"
+DB_NAME = "ralph.db"
+PASSES_FILE = "passes.json"
+RUNS_DIR = "runs"
+REPORTS_DIR = "reports"
+COPIES = "oracle-files"
+
+#: The names in a run's folder: its summary, and in each iteration's folder the prompt the
+#: agent was given and the agent's output.
+RUN_SUMMARY = "run.json"
+PROMPT_FILE = "prompt.md"
+AGENT_LOG = "agent.log"
 
 #: The files of the state folder that must be regular files when they exist, with what
 #: each one is (for messages). ``ralph.db`` is checked by :meth:`pytest_ralph.state.history.
 #: History.open`.
-STATE_FILES = (("progress.txt", "the progress log"), ("lock", "the loop lock file"),
-               ("passes.json", "the write-back sidecar"))
+STATE_FILES = ((PROGRESS_FILE, "the progress log"), (LOCK_FILE, "the loop lock file"),
+               (PASSES_FILE, "the write-back sidecar"))
 
 #: Seconds :meth:`StateDir.lock` waits for the loop holding the lock to write its pid in the
 #: lock file, when it took the lock an instant before (the pid is written just after).
@@ -82,7 +102,7 @@ class StateDir:
         self.root.mkdir(parents=True, exist_ok=True)
         for name, what in STATE_FILES:
             self.check_file(self.root / name, what)
-        ignore = self.root / ".gitignore"
+        ignore = self.root / GITIGNORE
         if not ignore.exists():
             ignore.write_text("# Created by pytest-ralph: the loop's state and reports.\n*\n",
                               encoding="utf-8")
@@ -100,7 +120,7 @@ class StateDir:
         try:
             mode = os.lstat(path).st_mode
             if stat.S_ISLNK(mode) and path.name != PROGRESS_FILE:
-                mode = os.stat(path).st_mode if path.name != "lock" else stat.S_IFREG
+                mode = os.stat(path).st_mode if path.name != LOCK_FILE else stat.S_IFREG
         except OSError:
             return
         if stat.S_ISREG(mode):
@@ -115,7 +135,7 @@ class StateDir:
     @property
     def reports_dir(self) -> Path:
         """The folder of final reports."""
-        return self.root / "reports"
+        return self.root / REPORTS_DIR
 
     def append_progress(self, text: str) -> None:
         """Append ``text`` (plus a newline if missing) to ``progress.txt`` and flush it to disk;
@@ -178,7 +198,7 @@ class StateDir:
             LockedError: another loop holds it; the message names its pid and start time.
             OSError: the lock file cannot be opened.
         """
-        path = self.root / "lock"
+        path = self.root / LOCK_FILE
         if path.is_symlink():  # never write through a link planted in the state folder
             path.unlink()
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0),
@@ -228,7 +248,7 @@ class StateDir:
         except ImportError:  # pragma: no cover - Windows: no lock to ask about
             return None
         try:
-            f = (self.root / "lock").open("r", encoding="utf-8", errors="replace")
+            f = (self.root / LOCK_FILE).open("r", encoding="utf-8", errors="replace")
         except FileNotFoundError:
             return None
         with f:
@@ -247,7 +267,7 @@ class StateDir:
     def new_run(self) -> RunDir:
         """Create the folder of a new run, named by UTC time and a random suffix."""
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-        run = RunDir(self.root / "runs" / f"{stamp}-{secrets.token_hex(3)}")
+        run = RunDir(self.root / RUNS_DIR / f"{stamp}-{secrets.token_hex(3)}")
         run.path.mkdir(parents=True)
         return run
 
@@ -358,5 +378,5 @@ class RunDir:
         """Rewrite ``run.json`` atomically, with every string in ``data`` redacted (by
         ``redactor``; ``None``: the secrets of the environment and the well-known shapes)."""
         r = redactor or Redactor.from_env()
-        atomic_write_text(self.path / "run.json",
+        atomic_write_text(self.path / RUN_SUMMARY,
                           json.dumps(r.json(data), indent=1, ensure_ascii=False))

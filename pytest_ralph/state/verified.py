@@ -36,10 +36,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..oracle.snapshot import ABSENT, Change, Snapshot
-
-#: The folder of file copies in the state folder.
-COPIES = "oracle-files"
+from ..oracle.snapshot import Change, Snapshot
+from ..oracle.walk import ABSENT
+from .folder import COPIES, DB_NAME
 
 #: Largest guarded file that is copied, in bytes.
 MAX_COPY_BYTES = 1024 * 1024
@@ -187,7 +186,7 @@ def weakening(changes: Iterable[Change]) -> list[Change]:
 
 
 def check_loop_conftests(state_root: Path, rootdir: Path, anchors: Sequence[Path],
-                         db_name: str = "ralph.db") -> str:
+                         db_name: str = DB_NAME) -> str:
     """Why ``pytest --ralph`` must not load its initial ``conftest.py`` files now, or ``""``.
 
     The loop's own process loads them when it starts, before pytest-ralph compares anything,
@@ -199,11 +198,12 @@ def check_loop_conftests(state_root: Path, rootdir: Path, anchors: Sequence[Path
     """
     from ..oracle.snapshot import (
         LOOP_CONFTESTS,
-        _listing_detail,
+        listing_detail,
         loop_conftests,
         snapshot_from_json,
     )
-    from .history import History, HistoryError
+    from .history import History
+    from .records import HistoryError
 
     db = state_root / db_name
     last_id = last_status = ""
@@ -238,7 +238,7 @@ def check_loop_conftests(state_root: Path, rootdir: Path, anchors: Sequence[Path
     digest, listing = loop_conftests(rootdir, anchors)
     if digest == before.digests[LOOP_CONFTESTS]:
         return ""
-    what = _listing_detail(LOOP_CONFTESTS, before.listings.get(LOOP_CONFTESTS, ()), listing)
+    what = listing_detail(LOOP_CONFTESTS, before.listings.get(LOOP_CONFTESTS, ()), listing)
     return (f"a conftest.py that `pytest --ralph` loads changed since the last run {last_id} "
             f"({last_status}) started ({what or 'changed'}): it would run inside the loop "
             "itself, before anything is checked, so it was not loaded; if you made this change, "

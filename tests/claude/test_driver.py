@@ -27,7 +27,8 @@ from pytest_ralph.claude.arming import MARKER
 from pytest_ralph.claude.payload import TRUNCATION_MARKER
 from pytest_ralph.claude.settings_file import SAFE_PATH_FLAG
 from pytest_ralph.prd.load import load_prd
-from pytest_ralph.state.history import DB_NAME, History
+from pytest_ralph.state.folder import DB_NAME
+from pytest_ralph.state.history import History
 from tests.conftest import story
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX shell, flock")

@@ -27,10 +27,10 @@ from pytest_ralph.oracle.snapshot import (
     Change,
     compare,
     loop_conftests,
-    run_pytest_targets,
     snapshot,
     with_imports,
 )
+from pytest_ralph.oracle.sources import run_pytest_targets
 from pytest_ralph.prd.load import load_prd
 from pytest_ralph.state.verified import changes_stat, check_loop_conftests, keep_copies, weakening
 from tests.conftest import story

@@ -134,7 +134,7 @@ def test_every_exit_code_is_in_the_table() -> None:
 
 
 def test_every_run_status_is_named() -> None:
-    from pytest_ralph.state.history import RESUMABLE
+    from pytest_ralph.state.records import RESUMABLE
 
     text = _text()
     for status in ("running", "complete", "limit", "breaker", "agent-error", "interrupted",

@@ -13,19 +13,14 @@ from typing import Any
 
 import pytest
 
+from pytest_ralph.agents.run import OUTCOMES as AGENT_OUTCOMES
 from pytest_ralph.agents.run import AgentRun
 from pytest_ralph.checks.results import CheckResults, CriterionResult
 from pytest_ralph.oracle.snapshot import Change
-from pytest_ralph.state import history as history_module
-from pytest_ralph.state.history import (
-    AGENT_OUTCOMES,
-    RESUMABLE,
-    RUN_STATUSES,
-    SCHEMA_VERSION,
-    History,
-    HistoryError,
-    NoHistory,
-)
+from pytest_ralph.state import schema as history_module
+from pytest_ralph.state.history import History
+from pytest_ralph.state.records import RESUMABLE, RUN_STATUSES, HistoryError, NoHistory
+from pytest_ralph.state.schema import SCHEMA_VERSION
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 29, 23, 57, 28, 834000, tzinfo=UTC)
@@ -685,7 +680,7 @@ def test_cost_tokens_turns_attempts_and_blocked_stories_round_trip(db: Path) -> 
 
 def test_plain_tables_when_sqlite_is_older_than_3_37(db: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(history_module, "_strict_supported", lambda: False)
+    monkeypatch.setattr(history_module, "strict_supported", lambda: False)
     with History.open(db) as h:
         sql = [r[0] for r in h.connection.execute(
             "SELECT sql FROM sqlite_master WHERE type = 'table' AND name <> 'sqlite_sequence'")]

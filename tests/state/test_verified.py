@@ -7,9 +7,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from pytest_ralph.oracle.snapshot import ABSENT, Change, Snapshot
+from pytest_ralph.oracle.snapshot import Change, Snapshot
+from pytest_ralph.oracle.walk import ABSENT
+from pytest_ralph.state.folder import COPIES
 from pytest_ralph.state.verified import (
-    COPIES,
     MAX_LINES,
     changes_stat,
     keep_copies,
