@@ -1058,7 +1058,7 @@ CASES: list[Case] = [
     Case("cut-writes-the-report", "code under test",
          "edits calc.py so that, imported by its test, it writes its pytest's JUnit report "
          "itself (the probes failed, test_add passed) to the pipe named in argv and exits 0 "
-         "before pytest writes its own (it has read pytest_ralph/checks/kinds.py)",
+         "before pytest writes its own (it has read pytest_ralph/checks/pytest_kind.py)",
          calc_project(PYTEST_AC),
          script("P('calc.py').write_text(PATCH + P('calc.py').read_text())\n",
                 PATCH=WRITE_REPORT),

@@ -1,5 +1,5 @@
 """The tamper probe plugin in process (pytest_ralph/plugin/probe.py) and how a ``pytest`` check
-reads its JUnit entries (pytest_ralph/checks/kinds.py): the quick tests;
+reads its JUnit entries (pytest_ralph/checks/pytest_kind.py): the quick tests;
 tests/checks/test_probe.py runs the gate end to end."""
 
 from __future__ import annotations
