@@ -158,7 +158,8 @@ def command(config: pytest.Config, flag: str) -> tuple[int, str]:
     if flag == "--ralph-init":
         driver = config.getoption("ralph_driver")
         from ..claude.arming import MARKER
-        from ..commands.init import ScaffoldError, init_keys, render, scaffold
+        from ..commands.detect import ScaffoldError
+        from ..commands.init import init_keys, render, scaffold
         from ..loop.controller import EXIT_USAGE
 
         try:

@@ -30,7 +30,6 @@ _CACHE_OPTIONS = ((("--lf", "--last-failed"), False), (("--ff", "--failed-first"
                   (("--sw-reset", "--stepwise-reset"), False))
 
 
-
 def add_options(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     """Register ``--ralph*`` options (group ``ralph``) and their ``ralph_*`` ini twins.
 
