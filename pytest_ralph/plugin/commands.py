@@ -181,7 +181,8 @@ def command(config: pytest.Config, flag: str) -> tuple[int, str]:
         from ..commands.doctor import doctor
 
         return doctor(config.rootpath)
-    from ..commands.control import cancel, status
+    from ..commands.cancel import cancel
+    from ..commands.status import status
 
     return cancel(settings.dir) if flag == "--ralph-cancel" else status(settings.dir)
 
