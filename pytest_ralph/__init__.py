@@ -12,8 +12,8 @@ from .util.version import __version__
 TYPE_CHECKING = False  # typing is not imported at run time: the Stop hook imports this package
 
 __all__ = ["GO_ON", "PRD", "Check", "CheckResult", "Criterion", "HookError", "LoopHooks",
-           "PRDError", "Problem", "StopContext", "StopDecision", "Story", "__version__",
-           "load_prd"]
+           "PRDError", "Problem", "RalphDatabase", "StopContext", "StopDecision", "Story",
+           "__version__", "load_prd"]
 
 _LAZY = {
     "PRD": "pytest_ralph.prd.model",
@@ -29,6 +29,7 @@ _LAZY = {
     "LoopHooks": "pytest_ralph.loop.hooks",
     "StopContext": "pytest_ralph.loop.hooks",
     "StopDecision": "pytest_ralph.loop.hooks",
+    "RalphDatabase": "pytest_ralph.plugin.dbfixture",
 }
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
     from .checks.base import Check, CheckResult
     from .loop.hooks import GO_ON, HookError, LoopHooks, StopContext, StopDecision
+    from .plugin.dbfixture import RalphDatabase
     from .prd.errors import PRDError, Problem
     from .prd.load import load_prd
     from .prd.model import PRD, Criterion, Story

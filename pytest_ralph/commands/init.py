@@ -15,8 +15,10 @@ configured, its pytest configuration file) and adds, without ever overwriting a 
 
 Everything is planned and checked first and written only then, so a malformed file
 (:class:`ScaffoldError`) leaves the project untouched. Running it again changes nothing.
+:mod:`pytest_ralph.commands.detect` looks at the project and reads its configuration files;
+this module plans the edits and writes them.
 
-This module does not import pytest; :mod:`pytest_ralph.plugin` calls it.
+This module does not import pytest; :mod:`pytest_ralph.plugin.commands` calls it.
 """
 
 from __future__ import annotations
@@ -27,20 +29,31 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
 import tomlkit
-from tomlkit.exceptions import ParseError
 from tomlkit.items import Comment, Table, Whitespace
 
 from ..loop.settings import SPEC_BY_NAME, Settings
 from ..prd.errors import PRDError
 from ..prd.load import discover_prd, load_prd
-from ..util.files import NotRegularFile, read_bytes
+from .detect import (
+    Project,
+    ScaffoldError,
+    Text,
+    config_kind,
+    detect,
+    find_config,
+    find_section,
+    import_note,
+    parse_ini,
+    parse_toml,
+    read_text,
+    toml_get,
+)
 
 #: The file :func:`scaffold` writes when the project has no PRD.
 PRD_NAME = "prd.json"
@@ -50,55 +63,6 @@ NEW_CONFIG = "pytest.ini"
 
 #: The id of the example story.
 STORY_ID = "US-001"
-
-#: Where ruff reads its configuration besides ``pyproject.toml``.
-RUFF_FILES = ("ruff.toml", ".ruff.toml")
-
-#: Largest configuration file ``--ralph-init`` reads to edit, in bytes.
-MAX_CONFIG_BYTES = 16 * 1024 * 1024
-
-#: Where mypy reads its configuration, in its order (the INI files in section ``[mypy]``,
-#: ``pyproject.toml`` in ``[tool.mypy]``).
-MYPY_FILES = ("mypy.ini", ".mypy.ini", "pyproject.toml", "setup.cfg")
-
-#: Folders never searched for tests (besides hidden ones and virtual environments).
-SKIP_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "build", "dist",
-                       "venv", "env", "htmlcov"})
-
-#: At most this many folders are looked at when searching for tests.
-MAX_DIRS = 5000
-
-_TEST_FILES = ("test_*.py", "*_test.py")
-
-
-class ScaffoldError(ValueError):
-    """A file of the project cannot be read or edited safely; the message names the file, the
-    line where known, what was expected and how to fix it. Nothing has been written."""
-
-
-@dataclass(frozen=True)
-class Project:
-    """What :func:`detect` found in a project.
-
-    Attributes:
-        rootdir: the project root.
-        tests: what a ``pytest`` criterion should run, relative to the rootdir with ``/``:
-            the configured ``testpaths``, else the folders (or top-level files) holding
-            ``test_*.py`` / ``*_test.py`` files; empty when there is no test suite.
-        ruff: where ruff is configured (``"pyproject.toml [tool.ruff]"``, ``"ruff.toml"``), or
-            ``None``.
-        mypy: where mypy is configured (``"mypy.ini [mypy]"``), or ``None``.
-        mypy_files: whether that configuration names the files to check (then plain ``mypy``
-            works; else ``mypy .``).
-        config: the pytest configuration file, or ``None`` when there is none.
-    """
-
-    rootdir: Path
-    tests: tuple[str, ...]
-    ruff: str | None
-    mypy: str | None
-    mypy_files: bool
-    config: Path | None
 
 
 @dataclass(frozen=True)
@@ -137,312 +101,6 @@ class Plan:
     changes: list[Change] = field(default_factory=list)
     writes: dict[Path, tuple[str | None, str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-
-
-# -- reading ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Text:
-    """A text file as read: its text without a BOM, the BOM, its newline."""
-
-    text: str
-    bom: str
-    newline: str
-
-    def with_bom(self, text: str) -> str:
-        """``text`` with this file's BOM, if it had one."""
-        return self.bom + text
-
-
-def _read(path: Path) -> _Text:
-    """Read a UTF-8 text file.
-
-    Raises:
-        ScaffoldError: it cannot be read or is not UTF-8 text.
-    """
-    try:
-        raw = read_bytes(path, MAX_CONFIG_BYTES)  # never blocks on a FIFO
-    except NotRegularFile as exc:
-        raise ScaffoldError(f"{path}: is {exc.kind}, not a regular file; expected a text "
-                            "configuration file there") from None
-    except OSError as exc:
-        raise ScaffoldError(f"{path}: cannot be read ({exc.strerror or exc}); check its "
-                            "permissions") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise ScaffoldError(f"{path}:{line}: not UTF-8 text (byte {exc.start}); save it as "
-                            "UTF-8, or add the pytest-ralph settings by hand") from None
-    bom = "\ufeff" if text.startswith("\ufeff") else ""
-    text = text[len(bom):]
-    newline = "\r\n" if "\r\n" in text.split("\n", 1)[0] + "\n" else "\n"
-    return _Text(text, bom, newline)
-
-
-def _parse_toml(path: Path, text: str) -> tomlkit.TOMLDocument:
-    """Parse TOML with tomlkit (which keeps comments and formatting).
-
-    Raises:
-        ScaffoldError: not valid TOML; names the file, line and column.
-    """
-    try:
-        return tomlkit.parse(text)
-    except ParseError as exc:
-        reason = str(exc).split(" at line ")[0]
-        raise ScaffoldError(f"{path}:{exc.line}:{exc.col}: not valid TOML: {reason}; fix the "
-                            "file (pytest and the tools that read it need it valid too)") \
-            from None
-    except Exception as exc:  # tomlkit raises a few other errors on odd documents
-        raise ScaffoldError(f"{path}: not valid TOML: {exc}; fix the file") from None
-
-
-@dataclass
-class _Section:
-    """One ``[section]`` of an INI file: where it is and its keys."""
-
-    name: str
-    header: int  # index of the header line
-    end: int  # index after its last key or continuation line (where keys are appended)
-    values: dict[str, str] = field(default_factory=dict)
-
-
-def _parse_ini(path: Path, lines: Sequence[str]) -> list[_Section]:
-    """The sections of an INI file read the way pytest (iniconfig) reads them: ``[name]``
-    headers, ``key = value`` or ``key: value`` lines, indented continuation lines, comments
-    starting with ``#`` or ``;``.
-
-    Raises:
-        ScaffoldError: a line that is none of these; names the file and line.
-    """
-    sections: list[_Section] = []
-    key: str | None = None
-    for i, raw in enumerate(lines):
-        line = raw.rstrip("\r\n")
-        stripped = line.strip()
-        if not stripped or stripped[0] in "#;":
-            continue
-        where = f"{path}:{i + 1}"
-        if line[0] in " \t" and key is not None and sections:
-            sections[-1].values[key] += "\n" + stripped
-            sections[-1].end = i + 1
-            continue
-        if stripped.startswith("["):
-            end = stripped.find("]")
-            if end < 0 or stripped[end + 1:].strip()[:1] not in ("", "#", ";"):
-                raise ScaffoldError(f"{where}: expected a section header such as [pytest]; "
-                                    f"found {stripped!r}; close the bracket")
-            sections.append(_Section(stripped[1:end].strip(), i, i + 1))
-            key = None
-            continue
-        cut = min((p for p in (stripped.find("="), stripped.find(":")) if p >= 0), default=-1)
-        if cut <= 0:
-            raise ScaffoldError(f"{where}: expected `key = value`, a [section] header, a "
-                                f"comment or an indented continuation line; found {stripped!r}")
-        if not sections:
-            raise ScaffoldError(f"{where}: `{stripped}` comes before any [section] header; put "
-                                "it under one")
-        key = stripped[:cut].strip()
-        sections[-1].values[key] = stripped[cut + 1:].strip()
-        sections[-1].end = i + 1
-    return sections
-
-
-def _find_section(sections: Sequence[_Section], name: str) -> _Section | None:
-    return next((s for s in sections if s.name == name), None)
-
-
-def _toml_get(doc: Mapping[str, Any], *keys: str) -> Any:
-    """``doc[k1][k2]...``, or ``None`` where a key is missing or not a table."""
-    value: Any = doc
-    for key in keys:
-        if not isinstance(value, Mapping) or key not in value:
-            return None
-        value = value[key]
-    return value
-
-
-# -- detection -------------------------------------------------------------------------------
-
-
-#: The configuration files pytest looks for, in its order of precedence (pytest >= 9; older
-#: versions know the same files less the TOML ones).
-CONFIG_NAMES = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml",
-                "tox.ini", "setup.cfg")
-
-
-def find_config(rootdir: Path) -> Path | None:
-    """The pytest configuration file of ``rootdir`` as pytest picks it among the files of that
-    folder: the first of :data:`CONFIG_NAMES` that holds pytest configuration
-    (``pytest.toml``, ``.pytest.toml``, ``pytest.ini`` and ``.pytest.ini`` always do;
-    ``pyproject.toml`` with ``[tool.pytest]`` or ``[tool.pytest.ini_options]``; ``tox.ini``
-    with ``[pytest]``; ``setup.cfg`` with ``[tool:pytest]``), else a ``pyproject.toml``
-    without them, else ``None``. (pytest also looks in the parent folders and takes ``-c``;
-    the plugin passes the file pytest chose.)
-
-    Raises:
-        ScaffoldError: a candidate file is malformed.
-    """
-    pyproject: Path | None = None
-    for name in CONFIG_NAMES:
-        path = rootdir / name
-        if not path.is_file():
-            continue
-        if name in ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini"):
-            return path
-        if name == "pyproject.toml":
-            pyproject = path
-            if _pytest_tables(_parse_toml(path, _read(path).text)):
-                return path
-            continue
-        wanted = "pytest" if name == "tox.ini" else "tool:pytest"
-        if _find_section(_parse_ini(path, _read(path).text.splitlines()), wanted):
-            return path
-    return pyproject
-
-
-def _pytest_tables(doc: Mapping[str, Any]) -> bool:
-    """Whether a ``pyproject.toml`` holds pytest configuration (``[tool.pytest]`` with keys
-    of its own, or ``[tool.pytest.ini_options]``), as pytest decides it."""
-    table = _toml_get(doc, "tool", "pytest")
-    return isinstance(table, Mapping) and bool(table)
-
-
-def _skip_dir(folder: Path, name: str, skip: Sequence[Path]) -> bool:
-    path = folder / name
-    return (name.startswith(".") or name in SKIP_DIRS or path in skip
-            or (path / "pyvenv.cfg").is_file())
-
-
-def _test_files(rootdir: Path, skip: Sequence[Path]) -> Iterator[str]:
-    """Paths (relative, ``/``) of ``test_*.py`` and ``*_test.py`` files under ``rootdir``, in
-    a stable order, skipping hidden folders, virtual environments and :data:`SKIP_DIRS`."""
-    for seen, (folder, dirs, files) in enumerate(os.walk(rootdir), 1):
-        here = Path(folder)
-        dirs[:] = sorted(d for d in dirs if not _skip_dir(here, d, skip))
-        for name in sorted(files):
-            if any(fnmatch(name, pattern) for pattern in _TEST_FILES):
-                yield (here / name).relative_to(rootdir).as_posix()
-        if seen >= MAX_DIRS:
-            return
-
-
-def _test_targets(files: Sequence[str], prd: Path | None, rootdir: Path) -> tuple[str, ...]:
-    """What a ``pytest`` criterion runs for these test files: each file's folder (a top-level
-    file itself), without folders inside others; a folder holding the PRD is replaced by its
-    test files (a check that collects its own PRD would check itself)."""
-    targets: list[str] = []
-    for file in files:
-        folder = file.rpartition("/")[0]
-        target = file if not folder or _holds(rootdir / folder, prd) else folder
-        if target not in targets:
-            targets.append(target)
-    return tuple(t for t in targets
-                 if not any(t.startswith(other + "/") for other in targets if other != t))
-
-
-def _holds(folder: Path, prd: Path | None) -> bool:
-    """Whether ``folder`` is ``prd``'s folder or one of its parents."""
-    return prd is not None and prd.resolve().parent.is_relative_to(folder.resolve())
-
-
-def _testpaths(config: Path | None) -> list[str]:
-    """The ``testpaths`` of a pytest configuration file (empty when unset or unreadable)."""
-    return _setting(config, "testpaths")
-
-
-#: Top-level files that are not the project's code.
-_NOT_CODE = ("conftest.py", "setup.py", "noxfile.py", "fabfile.py", "tasks.py")
-
-
-def _import_note(rootdir: Path, tests: Sequence[str], config: Path | None) -> str | None:
-    """A note when a ``pytest`` criterion could import the project's top-level modules where
-    a bare ``pytest`` cannot: tests in folders that are not packages, modules or packages at
-    the top, and neither a top-level ``conftest.py`` nor a ``pythonpath`` setting. A check
-    phase runs like ``python -m pytest`` (the rootdir on ``sys.path``); bare ``pytest`` puts
-    only each test file's first folder outside a package there (pytest's default
-    ``prepend`` import mode). ``None`` when nothing suggests a difference."""
-    if (rootdir / "conftest.py").is_file() or _setting(config, "pythonpath"):
-        return None
-    folders = [rootdir / t for t in tests if (rootdir / t).is_dir()]
-    if not folders or all((f / "__init__.py").is_file() for f in folders):
-        return None
-    code = sorted(p.name for p in rootdir.iterdir()
-                  if (p.is_file() and p.suffix == ".py" and p.name not in _NOT_CODE
-                      and not any(fnmatch(p.name, pattern) for pattern in _TEST_FILES))
-                  or (p.is_dir() and (p / "__init__.py").is_file() and p not in folders))
-    if not code:
-        return None
-    shown = ", ".join(code[:3]) + (", ..." if len(code) > 3 else "")
-    return (f"a `pytest` criterion runs like `python -m pytest`, with the project folder on "
-            f"sys.path, so its tests can import {shown} where a bare `pytest` may not; if "
-            "`pytest` alone fails with ModuleNotFoundError, add an empty conftest.py at the "
-            "top (or `pythonpath = .` to the pytest settings) so that both agree")
-
-
-def _setting(config: Path | None, key: str) -> list[str]:
-    """A list setting (``testpaths``, ``pythonpath``) of a pytest configuration file (empty
-    when unset or unreadable)."""
-    if config is None or not config.is_file():
-        return []
-    kind, table = _config_kind(config)
-    text = _read(config).text
-    if kind == "toml":
-        doc = _parse_toml(config, text)
-        for keys in table:
-            value = _toml_get(doc, *keys, key)
-            if isinstance(value, str):
-                return value.split()
-            if isinstance(value, list):
-                return [str(v) for v in value]
-        return []
-    section = _find_section(_parse_ini(config, text.splitlines()), table[0][0])
-    return section.values.get(key, "").split() if section else []
-
-
-def detect(rootdir: Path, *, config: Path | None = None, prd: Path | None = None,
-           skip: Sequence[Path] = ()) -> Project:
-    """Look at a project.
-
-    Args:
-        rootdir: the project root.
-        config: the pytest configuration file pytest chose, or ``None`` to look for it with
-            :func:`find_config`.
-        prd: the PRD (existing or about to be written), which a ``pytest`` target must not
-            hold.
-        skip: folders not searched for tests (the state folder).
-
-    Raises:
-        ScaffoldError: ``pyproject.toml`` or another configuration file is malformed.
-    """
-    config = config if config is not None else find_config(rootdir)
-    configured = [p for p in _testpaths(config) if (rootdir / p).exists()
-                  and not ((rootdir / p).is_dir() and _holds(rootdir / p, prd))]
-    root = rootdir.resolve()
-    skipped = [p.resolve() for p in skip]
-    tests = tuple(configured) or _test_targets(list(_test_files(root, skipped)), prd, rootdir)
-    pyproject = rootdir / "pyproject.toml"
-    doc: Mapping[str, Any] = (_parse_toml(pyproject, _read(pyproject).text)
-                              if pyproject.is_file() else {})
-    ruff = "pyproject.toml [tool.ruff]" if _toml_get(doc, "tool", "ruff") is not None else (
-        next((name for name in RUFF_FILES if (rootdir / name).is_file()), None))
-    mypy: str | None = None
-    mypy_files = False
-    for name in MYPY_FILES:  # in mypy's order
-        path = rootdir / name
-        if name == "pyproject.toml":
-            table = _toml_get(doc, "tool", "mypy")
-            if isinstance(table, Mapping):
-                mypy, mypy_files = "pyproject.toml [tool.mypy]", bool(table.get("files"))
-        elif path.is_file():
-            found = _find_section(_parse_ini(path, _read(path).text.splitlines()), "mypy")
-            if found is not None:
-                mypy, mypy_files = f"{name} [mypy]", bool(found.values.get("files"))
-        if mypy is not None:
-            break
-    return Project(rootdir=rootdir, tests=tests, ruff=ruff, mypy=mypy, mypy_files=mypy_files,
-                   config=config)
 
 
 # -- the PRD ---------------------------------------------------------------------------------
@@ -531,23 +189,6 @@ def init_keys(settings: Settings, rootdir: Path | None = None) -> list[tuple[str
     return keys
 
 
-def _config_kind(path: Path) -> tuple[str, list[tuple[str, ...]]]:
-    """``("toml", [candidate tables...])`` or ``("ini", [(section,)])`` for a pytest
-    configuration file, by its name as pytest reads it (then by its suffix, for ``-c``)."""
-    name = path.name
-    if name in ("pytest.toml", ".pytest.toml"):
-        return "toml", [("pytest",)]
-    if name == "pyproject.toml":
-        return "toml", [("tool", "pytest"), ("tool", "pytest", "ini_options")]
-    if name in ("pytest.ini", ".pytest.ini", "tox.ini"):
-        return "ini", [("pytest",)]
-    if name == "setup.cfg" or path.suffix == ".cfg":
-        return "ini", [("tool:pytest",)]
-    if path.suffix == ".toml":
-        return "toml", [("tool", "pytest"), ("tool", "pytest", "ini_options"), ("pytest",)]
-    return "ini", [("pytest",)]
-
-
 def _insert_only(old: str, new: str, newline: str) -> str | None:
     """``old`` with the lines that ``new`` adds to it, written with ``newline``; ``None`` when
     ``new`` changes or removes any line of ``old``."""
@@ -573,7 +214,7 @@ def _toml_string(value: str) -> str:
     return tomlkit.string(value).as_string()
 
 
-def _plan_toml(path: Path, read: _Text | None, tables: list[tuple[str, ...]],
+def _plan_toml(path: Path, read: Text | None, tables: list[tuple[str, ...]],
                keys: Sequence[tuple[str, str]]) -> tuple[str | None, list[str], list[str], str]:
     """Add ``keys`` to a TOML configuration file.
 
@@ -586,11 +227,11 @@ def _plan_toml(path: Path, read: _Text | None, tables: list[tuple[str, ...]],
     """
     text = read.text if read is not None else ""
     newline = read.newline if read is not None else "\n"
-    doc = _parse_toml(path, text)
+    doc = parse_toml(path, text)
     native, ini_mode = tables[0], tables[1] if len(tables) > 1 else None
     target: tuple[str, ...] | None = None
     for candidate in tables:
-        table = _toml_get(doc, *candidate)
+        table = toml_get(doc, *candidate)
         if not isinstance(table, Mapping):
             continue
         own = [k for k in table if k != "ini_options"] if candidate == native else list(table)
@@ -598,7 +239,7 @@ def _plan_toml(path: Path, read: _Text | None, tables: list[tuple[str, ...]],
             target = candidate
             break
     name = "[" + ".".join(target or (ini_mode or native)) + "]"
-    existing = _toml_get(doc, *target) if target else {}
+    existing = toml_get(doc, *target) if target else {}
     present = [k for k, _ in keys if k in existing]
     missing = [(k, v) for k, v in keys if k not in existing]
     if not missing:
@@ -633,13 +274,13 @@ def _plan_toml(path: Path, read: _Text | None, tables: list[tuple[str, ...]],
 
 def _has_values(text: str, table: tuple[str, ...], keys: Sequence[tuple[str, str]]) -> bool:
     try:
-        found = _toml_get(tomlkit.parse(text).unwrap(), *table)
+        found = toml_get(tomlkit.parse(text).unwrap(), *table)
     except Exception:
         return False
     return isinstance(found, Mapping) and all(found.get(k) == v for k, v in keys)
 
 
-def _plan_ini(path: Path, read: _Text | None, section_name: str,
+def _plan_ini(path: Path, read: Text | None, section_name: str,
               keys: Sequence[tuple[str, str]]) -> tuple[str | None, list[str], list[str], str]:
     """Add ``keys`` at the end of the ``[section_name]`` section of an INI file (the section is
     appended when missing), keeping every other line as it is.
@@ -653,7 +294,7 @@ def _plan_ini(path: Path, read: _Text | None, section_name: str,
     text = read.text if read is not None else ""
     newline = read.newline if read is not None else "\n"
     lines = text.splitlines(keepends=True)
-    section = _find_section(_parse_ini(path, lines), section_name)
+    section = find_section(parse_ini(path, lines), section_name)
     name = f"[{section_name}]"
     present = [k for k, _ in keys if section is not None and k in section.values]
     missing = [(k, v) for k, v in keys if k not in present]
@@ -761,7 +402,7 @@ def plan(rootdir: Path, *, config: Path | None, state_dir: Path, prd: Path | Non
         if not project.tests:
             out.notes.append("no test suite found (no test_*.py or *_test.py file): the "
                              "example criterion asks for one in tests/")
-        note = _import_note(rootdir, project.tests, project.config)
+        note = import_note(rootdir, project.tests, project.config)
         if note:
             out.notes.append(note)
         for tool, where in (("ruff", project.ruff), ("mypy", project.mypy)):
@@ -770,8 +411,8 @@ def plan(rootdir: Path, *, config: Path | None, state_dir: Path, prd: Path | Non
                                  "criterion fails until it is installed")
 
     path = out.config = config if config is not None else rootdir / NEW_CONFIG
-    read = _read(path) if path.is_file() else None
-    kind, tables = _config_kind(path)
+    read = read_text(path) if path.is_file() else None
+    kind, tables = config_kind(path)
     if kind == "toml":
         new, added, present, name = _plan_toml(path, read, tables, keys)
     else:
@@ -793,7 +434,7 @@ def plan(rootdir: Path, *, config: Path | None, state_dir: Path, prd: Path | Non
     if entry is None:
         out.changes.append(Change("skipped", ".gitignore", f"the state folder {state_dir} is "
                                   "outside the rootdir"))
-    old = _read(ignore) if ignore.exists() else None
+    old = read_text(ignore) if ignore.exists() else None
     present = old.text.splitlines() if old is not None else []
     new_entries = [(e, what) for e, what in wanted if not _ignored(present, e)]
     shown = ", ".join(f"{e} ({what})" for e, what in new_entries)

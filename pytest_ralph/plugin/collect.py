@@ -4,6 +4,12 @@ Node ids are ``<path>::<story id>::<criterion id>`` (``AC<n>`` unless the criter
 its own ``id``); the criterion text is the item's headline (``reportinfo``). Each item has
 the :data:`MARKER` marker, and ``-k`` matches its story id, criterion id, text and story
 title. An invalid PRD is a collection error that lists every problem, without a traceback.
+
+What collection found besides the items (the dialect of each PRD not in the canonical shape,
+the PRDs without stories) is kept in ``config.stash`` (:data:`DIALECTS`, :data:`EMPTY_PRDS`);
+under pytest-xdist each worker hands it to the controller (:func:`hand_over`,
+:func:`take_over`). :func:`report_props` reads back the ``ralph_*`` user properties of a
+report.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from ..prd.errors import PRDError
 from ..prd.load import load_prd
 from ..prd.model import Criterion, Story
 from .failure import FailureText
+from .stash import get_settings
 
 #: user_properties keys put on each criterion's reports (plain str/bool values only).
 PROP_STORY = "ralph_story"
@@ -32,6 +39,12 @@ PROP_TEXT = "ralph_text"
 PROP_TITLE = "ralph_title"
 PROP_CLAIMED = "ralph_claimed"
 PROP_MESSAGE = "ralph_message"
+
+
+def report_props(report: pytest.TestReport) -> dict[str, Any]:
+    """The ``ralph_*`` user properties of ``report`` (none for a test that is not a
+    criterion)."""
+    return {k: v for k, v in report.user_properties if k.startswith("ralph_")}
 
 #: The marker on every criterion item: ``-m ralph`` selects the criteria, ``-m 'not ralph'``
 #: the other tests; on pytest >= 8.3 ``-m "ralph(kind='run')"`` or ``-m "ralph(story='US-1')"``
@@ -56,8 +69,6 @@ class PRDFile(pytest.File):
 
     def collect(self) -> Iterator[StoryCollector]:
         """Load the PRD (an invalid one raises :class:`PRDError`, shown without traceback)."""
-        from . import get_settings
-
         settings = get_settings(self.config)
         self.config.stash.setdefault(COLLECTED_PRDS, set()).add(self.path.resolve())
         prd = load_prd(self.path, max_bytes=settings.max_prd_bytes)
@@ -117,8 +128,6 @@ class CriterionItem(pytest.Item):
 
     def runtest(self) -> None:
         """Run the check; raise :class:`CriterionFailed` when the criterion does not hold."""
-        from . import get_settings
-
         settings = get_settings(self.config)
         watch = phasewatch.current()  # the judges' signatures, taken before the first check
         check = self.ihook.pytest_ralph_make_check(
@@ -194,3 +203,46 @@ EMPTY_PRDS = pytest.StashKey[list[str]]()
 #: did (``dialect tasks+steps (stories under $.tasks; ...)``), in collection order.
 DIALECTS = pytest.StashKey[dict[Path, str]]()
 COLLECTED_PRDS = pytest.StashKey[set[Path]]()
+
+
+def dialect_lines(config: pytest.Config) -> list[str]:
+    """After "collected N items" (also with ``--collect-only`` and ``-q``): one line per
+    collected PRD file that is not in the canonical shape, saying which dialect was applied
+    and what was renamed or synthesized."""
+    found = config.stash.get(DIALECTS, {})
+    if not found:
+        return []
+    from ..loop.report import shown_path
+
+    return [f"pytest-ralph: {shown_path(path, config.rootpath)}: {line}"
+            for path, line in found.items()]
+
+
+#: Under pytest-xdist, on the controller: the dialect lines the workers collected (shown in
+#: the summary, since the controller collects nothing and prints no collection lines).
+WORKER_DIALECTS = pytest.StashKey[dict[str, str]]()
+_WORKER_KEY = "pytest_ralph"
+
+
+def hand_over(session: pytest.Session) -> None:
+    """On a pytest-xdist worker: hand what collection found (dialects, empty PRDs) to the
+    controller."""
+    config = session.config
+    out = getattr(config, "workeroutput", None)
+    if out is not None:
+        empty: list[str] = config.stash.get(EMPTY_PRDS, [])
+        out[_WORKER_KEY] = {
+            "dialects": {str(p): line for p, line in config.stash.get(DIALECTS, {}).items()},
+            "empty": list(empty)}
+
+
+def take_over(node: Any) -> None:
+    """On the pytest-xdist controller: keep what a worker's collection found (every worker
+    collects the same files, so each note is kept once)."""
+    found = getattr(node, "workeroutput", {}).get(_WORKER_KEY)
+    if not found:
+        return
+    config = node.config
+    config.stash.setdefault(WORKER_DIALECTS, {}).update(found["dialects"])
+    notes = config.stash.setdefault(EMPTY_PRDS, [])
+    notes += [n for n in found["empty"] if n not in notes]

@@ -1,8 +1,8 @@
 """The fixtures ``ralph_prd``, ``ralph_story`` and ``ralph_loop`` (the pytest layer over
-:mod:`pytest_ralph.prd.load` and :mod:`pytest_ralph.loop.controller`).
+:mod:`pytest_ralph.prd.load` and :mod:`pytest_ralph.loop.controller`), and ``ralph_agent``
+(the scripted agents of :mod:`pytest_ralph.testing`).
 
-``ralph_db`` lives in :mod:`pytest_ralph.plugin.dbfixture` and ``ralph_agent`` in
-:mod:`pytest_ralph.plugin`.
+``ralph_db`` lives in :mod:`pytest_ralph.plugin.dbfixture`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import io
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -19,6 +19,7 @@ from typing import Any, TextIO
 import pytest
 
 from ..prd.model import PRD, Story
+from .stash import get_settings
 
 #: The PRD a session's ``ralph_prd`` fixture loaded, by path (loaded once per session).
 _PRDS = pytest.StashKey[dict[Path, PRD]]()
@@ -28,7 +29,6 @@ def _prd_path(config: pytest.Config) -> Path | None:
     """The PRD of the session: ``--ralph-prd`` / ini ``ralph_prd`` / the environment, else
     the one discovery finds in the rootdir."""
     from ..prd.load import discover_prd
-    from . import get_settings
 
     return get_settings(config).prd or discover_prd(config.rootpath)
 
@@ -42,7 +42,6 @@ def load_session_prd(config: pytest.Config, path: Path | None = None) -> PRD:
     """
     from ..prd.errors import PRDError
     from ..prd.load import PRD_FILE_NAMES, load_prd
-    from . import get_settings
 
     path = path or _prd_path(config)
     if path is None:
@@ -412,3 +411,21 @@ def ralph_loop(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
         return RalphLoop(request.config, root, tmp_path / "ralph-state", **settings)
 
     return make
+
+
+@pytest.fixture
+def ralph_agent() -> Generator[Any, None, None]:
+    """A factory of scripted agents (``pytest_ralph.testing.AgentFactory``) for testing PRDs,
+    checks and prompts without a model.
+
+    ``ralph_agent(*steps, workdir=None)`` returns a ``ScriptedAgent``: pass ``agent.command``
+    to ``--ralph-agent``; step k serves the agent's k-th run, then runs do nothing (exit 0). A
+    step is a callable ``fn(call) -> int | None`` run in this test process (``call.prompt``,
+    ``call.iteration``, ``call.cwd``, ``call.env``), or a dict / ``Patch`` the agent applies
+    itself: ``{"files": {"a.txt": "text", "old.txt": None}, "patch": "<diff>", "exit": 0,
+    "stdout": "...", "stderr": "...", "sleep": 0.5}``. ``agent.calls`` lists its runs. Every
+    agent is closed at teardown.
+    """
+    from ..testing import ralph_agent_fixture  # lazy: keep plain pytest runs fast
+
+    yield from ralph_agent_fixture()

@@ -25,6 +25,7 @@ from ..checks.fingerprint import normalize_failure
 from ..loop.hooks import HookError, LoopHooks, StopContext, StopDecision, decide_stop
 from ..loop.prompt import PromptContext, build_prompt
 from ..util.files import read_bytes
+from .stash import get_settings
 
 if TYPE_CHECKING:
     from ..agents.run import AgentRun
@@ -162,7 +163,6 @@ def _check_factory(config: pytest.Config) -> Callable[..., Check]:
     """:func:`pytest_ralph.checks.kinds.make_check` with this session's settings filled in."""
     from ..checks.pytest_kind import pin_args
     from ..checks.registry import make_check
-    from . import get_settings
 
     settings = get_settings(config)
     return functools.partial(

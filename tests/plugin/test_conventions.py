@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from pytest_ralph.loop.settings import SPECS
-from pytest_ralph.plugin import NOT_WITH_LOOP, child_args
+from pytest_ralph.plugin.options import NOT_WITH_LOOP, child_args
 from pytest_ralph.testing import AgentFactory
 from tests.conftest import story
 

@@ -151,7 +151,7 @@ def test_a_plugin_given_with_p_reaches_the_check_phase(
 
 
 def test_child_args_keeps_plugins_and_ini_overrides() -> None:
-    from pytest_ralph.plugin import child_args
+    from pytest_ralph.plugin.options import child_args
 
     assert child_args(["--ralph", "-p", "a", "-pb", "-p", "no:c", "-o", "x=1", "-k", "p",
                        "--override-ini=y=2", "--override-ini", "z=3", "-oW=4", "-q"]) == (

@@ -762,7 +762,7 @@ def test_a_schema_2_history_migrates_to_3_keeping_its_data(
 def test_a_schema_2_history_read_only_has_no_driven_runs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`pytest --ralph-status` reads a history of the previous release without migrating it."""
-    from pytest_ralph.commands.control import status
+    from pytest_ralph.commands.status import status
 
     state = tmp_path / ".pytest_ralph"
     state.mkdir()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_ralph.plugin.dbfixture import RalphDatabase
+    from pytest_ralph import RalphDatabase
 
 GOOD_POST = """# Put the due date in the subject line
 

@@ -9,7 +9,7 @@ from pipeline.stages import publish
 if TYPE_CHECKING:
     from conftest import Rows
 
-    from pytest_ralph.plugin.dbfixture import RalphDatabase
+    from pytest_ralph import RalphDatabase
 
 
 def test_each_approved_post_is_published_once_at_its_own_address(

@@ -9,7 +9,7 @@ from pipeline.stages import review
 if TYPE_CHECKING:
     from conftest import Rows
 
-    from pytest_ralph.plugin.dbfixture import RalphDatabase
+    from pytest_ralph import RalphDatabase
 
 MEDIOCRE = """# Month-end for bakeries
 

@@ -1,0 +1,276 @@
+"""What ``pytest_cmdline_main`` takes over: the one-shot commands and the loop.
+
+:func:`main` runs ``--ralph-status``, ``--ralph-cancel``, ``--ralph-init`` or ``--ralph-doctor``
+(:mod:`pytest_ralph.commands`) and prints what it says, or starts the loop for ``--ralph`` /
+``--ralph-dry-run`` (:mod:`pytest_ralph.loop.controller`), like pytest-xdist's looponfail:
+:func:`make_loop` builds it from the session, :func:`run` runs it (an internal error leaves its
+traceback in a crash file) and copies its report where ``--ralph-report`` and
+``GITHUB_STEP_SUMMARY`` ask (:func:`after_loop`). :func:`refuse_changed_conftests` refuses, before
+they load, the ``conftest.py`` files that changed since the last run's verified snapshot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from ..util.env import CONTROLLER_ENV
+from .options import (
+    child_args,
+    given_command,
+    loop_flag,
+    positional_prd,
+    refuse_with_command,
+    refuse_with_loop,
+)
+from .stash import get_settings, is_child, resolve_settings, settings_lines
+
+if TYPE_CHECKING:
+    from ..loop.controller import Loop
+    from ..loop.settings import Settings
+
+
+def main(config: pytest.Config) -> int | None:
+    """The exit code of the command or the loop that the command line asks for, or ``None``
+    (a test session: pytest goes on). Never called in the loop's child.
+
+    Raises:
+        pytest.UsageError: incompatible flags (exit 4).
+    """
+    flag = given_command(config)
+    if flag is not None:
+        refuse_with_command(config, flag)
+        code, text = command(config, flag)
+        (err if code else out)(text)
+        return code
+    flag = loop_flag(config)
+    if flag is None:
+        return None
+    refuse_with_loop(config, flag)
+    settings = positional_prd(config, get_settings(config))
+    return run(config, make_loop(config, settings))
+
+
+def make_loop(config: pytest.Config, settings: Settings) -> Loop:
+    """The loop of this session (:class:`pytest_ralph.loop.controller.Loop`): ``settings``, and
+    what the session says (the rootdir and ini file, ``-k``, ``-m``, ``--deselect``,
+    ``--junitxml``, ``--ralph-new``, the ini ``pythonpath``, the options each check phase needs
+    too, the ``pytest_ralph_*`` hooks, the lines it prints first).
+
+    Raises:
+        pytest.UsageError: a misspelt ``pytest_ralph_*`` hook.
+    """
+    from .hookimpls import ConfigHooks, check_hook_names
+
+    check_hook_names(config.pluginmanager)
+    from ..loop.controller import Loop
+
+    xml = config.getoption("xmlpath", None)
+    loop = Loop(settings, rootdir=config.rootpath, inifile=config.inipath,
+                keyword=config.getoption("keyword", "") or "",
+                markexpr=config.getoption("markexpr", "") or "",
+                junitxml=(config.invocation_params.dir / xml).resolve() if xml else None,
+                deselect=tuple(config.getoption("deselect", None) or ()),
+                new_run=bool(config.getoption("ralph_new")),
+                pythonpath=tuple(Path(p) for p in ini_pythonpath(config)),
+                child_args=child_args(config.invocation_params.args),
+                hooks=ConfigHooks(config),
+                banner=(*started_unsafely(config),
+                        *settings_lines(config, settings, "pytest-ralph: settings: ")),
+                loop_anchors=loop_anchors(config))
+    return loop
+
+
+def run(config: pytest.Config, loop: Loop) -> int:
+    """Run ``loop`` (a dry run with ``--ralph-dry-run``) and return its exit code; an internal
+    error is :data:`pytest_ralph.loop.controller.EXIT_INTERNAL`, with its traceback in a
+    ``pytest-ralph-crash-*.txt`` file of the temporary folder. After a real run,
+    :func:`after_loop`."""
+    from ..loop.controller import EXIT_INTERNAL, run_loop
+
+    said: list[str] = []
+
+    def keep(text: str) -> None:
+        said.append(text)
+        err(text)
+
+    dry_run = bool(config.getoption("ralph_dry_run"))
+    try:
+        code = run_loop(loop, dry_run=dry_run, err=keep)
+    except Exception:
+        fd, name = tempfile.mkstemp(prefix="pytest-ralph-crash-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(traceback.format_exc())
+        keep(f"pytest-ralph: internal error: {sys.exc_info()[1]!r}; the traceback is in "
+             f"{name}; please report it")
+        code = EXIT_INTERNAL
+    if not dry_run:
+        after_loop(config, loop, code, said)
+    return code
+
+
+def after_loop(config: pytest.Config, loop: Loop, code: int, said: list[str]) -> None:
+    """After ``pytest --ralph``: copy the report to ``--ralph-report PATH`` and append the
+    loop's section to ``GITHUB_STEP_SUMMARY`` (:mod:`pytest_ralph.plugin.stepsummary`); a file that
+    cannot be written is a warning, never a change of the exit code."""
+    from ..util.redact import Redactor
+    from . import stepsummary
+
+    run, report = loop.last_run, loop.report_path
+    warnings: list[str | None] = []
+    wanted = config.getoption("ralph_report", None)
+    if wanted and report is not None:
+        try:
+            text = report.read_text(encoding="utf-8")
+        except OSError as exc:
+            warnings.append(f"cannot read the report {report}: {exc.strerror or exc}")
+        else:
+            warnings.append(stepsummary.write(text, config.invocation_params.dir / wanted))
+    if stepsummary.target() is not None and not os.environ.get(CONTROLLER_ENV):
+        if run is not None and run.exit_code is not None:
+            text = stepsummary.render_loop(run, report=report, redact=Redactor.from_env().text)
+        else:
+            text = stepsummary.render_loop_error(code, said, redact=Redactor.from_env().text)
+        warnings.append(stepsummary.append(text))
+    for warning in warnings:
+        if warning:
+            err(f"pytest-ralph: warning: {warning}")
+
+
+def command(config: pytest.Config, flag: str) -> tuple[int, str]:
+    """Run ``--ralph-status``, ``--ralph-cancel``, ``--ralph-init`` or ``--ralph-doctor``;
+    return ``(exit code, text)``.
+
+    ``--ralph-init`` scaffolds the project (:mod:`pytest_ralph.commands.init`; a malformed
+    configuration file is exit 4, nothing written), then, with ``--ralph-driver claude``,
+    arms a Claude Code run.
+
+    The options were checked by :func:`pytest_ralph.plugin.options.refuse_with_command` first.
+    """
+    settings = get_settings(config)
+    if flag == "--ralph-init":
+        driver = config.getoption("ralph_driver")
+        from ..claude.arming import MARKER
+        from ..commands.detect import ScaffoldError
+        from ..commands.init import init_keys, render, scaffold
+        from ..loop.controller import EXIT_USAGE
+
+        try:
+            done = scaffold(config.rootpath, config=config.inipath, state_dir=settings.dir,
+                            prd=settings.prd, keys=init_keys(settings, config.rootpath),
+                            ignores=[(MARKER.as_posix(), "the Claude Code arming file")]
+                            if driver == "claude" else [])
+        except ScaffoldError as exc:
+            return EXIT_USAGE, f"pytest-ralph: --ralph-init: {exc}"
+        if driver != "claude":
+            return 0, render(done, config.rootpath)
+        from ..claude.driver import arm
+
+        code, armed = arm(settings, rootdir=config.rootpath,
+                          inifile=config.inipath or done.config, python=sys.executable,
+                          pythonpath=tuple(Path(p) for p in ini_pythonpath(config)))
+        return code, f"{render(done, config.rootpath, driver=driver)}\n{armed}"
+    if flag == "--ralph-doctor":
+        from ..commands.doctor import doctor
+
+        return doctor(config.rootpath)
+    from ..commands.cancel import cancel
+    from ..commands.status import status
+
+    return cancel(settings.dir) if flag == "--ralph-cancel" else status(settings.dir)
+
+
+def ini_pythonpath(config: pytest.Config) -> list[str]:
+    """The ini ``pythonpath`` folders (pytest >= 7), or none."""
+    try:
+        return [str(p) for p in config.getini("pythonpath")]
+    except ValueError:
+        return []
+
+
+def loop_anchors(config: pytest.Config) -> tuple[Path, ...]:
+    """Where the loop's own pytest looks for its initial ``conftest.py`` files: the
+    invocation folder, its path arguments and ``testpaths`` (see
+    :func:`pytest_ralph.oracle.snapshot.loop_conftests`)."""
+    base = config.invocation_params.dir
+    out = [base]
+    for arg in config.invocation_params.args:
+        text = str(arg)
+        if not text.startswith("-") and (base / text.split("::")[0]).exists():
+            out.append(base / text.split("::")[0])
+    with contextlib.suppress(ValueError, KeyError):
+        out += [config.rootpath / str(p) for p in config.getini("testpaths") or ()]
+    return tuple(dict.fromkeys(p.resolve() for p in out))
+
+
+#: ``sys.path[0]`` when this module was imported: ``""`` or the working folder under
+#: ``python -m pytest``.
+_FIRST_PATH = sys.path[0] if sys.path else None
+
+
+def started_unsafely(config: pytest.Config) -> list[str]:
+    """A warning when the loop was started as ``python -m pytest`` without ``-P``: the project
+    was first on ``sys.path`` before pytest and its plugins were imported, so a module the
+    agent adds there (``pytest.py``, ``pluggy/``, a plugin named in ``addopts``) would be
+    imported into the loop itself by the next such start."""
+    first = _FIRST_PATH
+    if first is None or getattr(sys.flags, "safe_path", False):
+        return []
+    try:
+        here = os.path.realpath(first or os.curdir)
+    except (OSError, ValueError):
+        return []
+    root = os.path.realpath(config.rootpath)
+    if here != root and not here.startswith(root.rstrip(os.sep) + os.sep):
+        return []
+    return ["pytest-ralph: warning: started as `python -m pytest`, which puts the project "
+            "first on sys.path before pytest and its plugins load: a module the agent writes "
+            "there would run inside the next loop you start this way; start it with the "
+            "`pytest` command (or `python -P -m pytest` on Python 3.11+)"]
+
+
+def refuse_changed_conftests(config: pytest.Config) -> None:
+    """For ``pytest --ralph``, before the first ``conftest.py`` loads: refuse the
+    ``conftest.py`` files that changed since the last run's verified snapshot, unless
+    ``--ralph-accept-changes`` or ``--ralph-allow-criteria-edits``
+    (:func:`pytest_ralph.state.verified.check_loop_conftests`).
+
+    Raises:
+        pytest.UsageError: a changed ``conftest.py``.
+    """
+    ns = config.known_args_namespace
+    if is_child() or not getattr(ns, "ralph", False):
+        return
+    from ..loop.settings import from_person
+    from ..state.verified import check_loop_conftests
+
+    try:
+        settings = resolve_settings(config, ns)  # not cached: the parse is not complete
+    except pytest.UsageError:
+        return  # reported when the loop starts
+    if from_person(settings, "accept_changes") or from_person(settings,
+                                                              "allow_criteria_edits"):
+        return
+    why = check_loop_conftests(settings.dir, config.rootpath, loop_anchors(config))
+    if why:
+        raise pytest.UsageError(f"pytest-ralph: {why}")
+
+
+def out(message: str) -> None:
+    """Print ``message`` on stdout, at once."""
+    sys.stdout.write(message + "\n")
+    sys.stdout.flush()
+
+
+def err(message: str) -> None:
+    """Print ``message`` on stderr, at once."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
