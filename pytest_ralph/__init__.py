@@ -3,6 +3,10 @@
 A PRD's acceptance criteria become pytest items; ``pytest --ralph`` runs a coding
 agent until every criterion passes. Importing this package is cheap: the public
 names below are loaded on first use (PEP 562 module ``__getattr__``).
+
+These names, ``pytest_ralph.testing`` and the commands ``python -m pytest_ralph.hook`` and
+``python -m pytest_ralph.docgen`` are the public interface. Every other module (the folders of
+the package, see ``docs/architecture.md``) is internal and may move between versions.
 """
 
 from __future__ import annotations
@@ -11,9 +15,10 @@ from .util.version import __version__
 
 TYPE_CHECKING = False  # typing is not imported at run time: the Stop hook imports this package
 
-__all__ = ["GO_ON", "PRD", "Check", "CheckResult", "Criterion", "HookError", "LoopHooks",
-           "PRDError", "Problem", "RalphDatabase", "StopContext", "StopDecision", "Story",
-           "__version__", "load_prd"]
+__all__ = ["GO_ON", "PRD", "AgentRun", "Check", "CheckResult", "CheckResults", "Criterion",
+           "CriterionResult", "HookError", "LoopHooks", "PRDError", "Problem", "PromptContext",
+           "RalphDatabase", "StopContext", "StopDecision", "Story", "__version__", "load_prd",
+           "normalize_failure"]
 
 _LAZY = {
     "PRD": "pytest_ralph.prd.model",
@@ -30,13 +35,23 @@ _LAZY = {
     "StopContext": "pytest_ralph.loop.hooks",
     "StopDecision": "pytest_ralph.loop.hooks",
     "RalphDatabase": "pytest_ralph.plugin.dbfixture",
+    # The types in the hookspecs' signatures, for plugin authors:
+    "AgentRun": "pytest_ralph.agents.run",
+    "CheckResults": "pytest_ralph.checks.results",
+    "CriterionResult": "pytest_ralph.checks.results",
+    "normalize_failure": "pytest_ralph.checks.fingerprint",
+    "PromptContext": "pytest_ralph.loop.prompt",
 }
 
 if TYPE_CHECKING:
     from typing import Any
 
+    from .agents.run import AgentRun
     from .checks.base import Check, CheckResult
+    from .checks.fingerprint import normalize_failure
+    from .checks.results import CheckResults, CriterionResult
     from .loop.hooks import GO_ON, HookError, LoopHooks, StopContext, StopDecision
+    from .loop.prompt import PromptContext
     from .plugin.dbfixture import RalphDatabase
     from .prd.errors import PRDError, Problem
     from .prd.load import load_prd

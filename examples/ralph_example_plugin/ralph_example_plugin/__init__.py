@@ -20,8 +20,7 @@ from pytest_ralph import CheckResult
 if TYPE_CHECKING:
     import pytest
 
-    from pytest_ralph import Check, Criterion
-    from pytest_ralph.checks.results import CriterionResult
+    from pytest_ralph import Check, Criterion, CriterionResult
 
 KIND = "wordcount"
 #: The fields of a ``wordcount`` criterion's spec (``id`` and ``text`` are not in it).

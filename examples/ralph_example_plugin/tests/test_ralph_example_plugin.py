@@ -18,9 +18,7 @@ from typing import Any
 import pytest
 import ralph_example_plugin as plugin
 
-from pytest_ralph import CheckResult
-from pytest_ralph.checks.fingerprint import normalize_failure
-from pytest_ralph.checks.results import CriterionResult
+from pytest_ralph import CheckResult, CriterionResult, normalize_failure
 
 #: Whether the plugin is installed (then pytest loads it in every process by itself).
 INSTALLED = any(ep.value == "ralph_example_plugin" for ep in entry_points(group="pytest11"))
@@ -182,8 +180,7 @@ def test_loop_without_the_fingerprint_hook_sees_progress(pytester: pytest.Pytest
     first), each iteration looks new, and the same 3 iterations end on the iteration limit."""
     pytester.makeconftest("""
 import pytest
-from pytest_ralph import CheckResult
-from pytest_ralph.checks.fingerprint import normalize_failure
+from pytest_ralph import CheckResult, normalize_failure
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_ralph_fingerprint(result):
