@@ -39,18 +39,10 @@ from typing import TextIO
 
 from ..agents.run import AgentRun
 from ..checks.phase import CheckPhaseConfig
-from ..loop.controller import (
-    EXIT_COMPLETE,
-    EXIT_USAGE,
-    Loop,
-    LoopUsageError,
-    NoCriteria,
-    RunRecord,
-    _db_signature,
-    _Turn,
-)
+from ..loop.controller import Loop, _db_signature
 from ..loop.gitdiff import tree_snapshot
 from ..loop.prompt import pick_story
+from ..loop.records import EXIT_COMPLETE, EXIT_USAGE, LoopUsageError, NoCriteria, RunRecord, Turn
 from ..loop.settings import Settings, SettingsError, from_json, to_json
 from ..oracle.importguard import guarded
 from ..oracle.snapshot import snapshot_from_json, snapshot_to_json
@@ -493,7 +485,7 @@ class _DrivenLoop(Loop):
                              log_path=(Path(payload.transcript_path) if payload.transcript_path
                                        else run.run_dir.path / HOOK_LOG),
                              log_tail="", detail=f"Claude Code session {session}")
-            code = self._conclude(run, state, phase, cur, _Turn(
+            code = self._conclude(run, state, phase, cur, Turn(
                 n, story, agent, started, run.run_dir.iteration_dir(n), drv.tree or None))
             unreadable = ""
             if code == EXIT_COMPLETE and self.settings.promise:

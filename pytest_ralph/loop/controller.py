@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 from typing import IO, TextIO
@@ -103,154 +103,27 @@ from .prompt import (
     same_failure_counts,
     template_path,
 )
+from .records import (
+    EXIT_AGENT_ERROR,
+    EXIT_COMPLETE,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_LIMIT,
+    EXIT_NO_CRITERIA,
+    EXIT_USAGE,
+    Cancelled,
+    Interrupted,
+    IterationRecord,
+    LoopUsageError,
+    NoCriteria,
+    RunRecord,
+    Turn,
+)
 from .report import dialect_line, no_stories_message, shown_path, story_report, why, write_report
 from .settings import Settings, from_person, to_json
 
-# Exit codes of ``pytest --ralph`` (PRODUCT.md section 3).
-EXIT_COMPLETE = 0
-EXIT_LIMIT = 1
-EXIT_INTERRUPTED = 2
-EXIT_INTERNAL = 3
-EXIT_USAGE = 4
-EXIT_NO_CRITERIA = 5
-EXIT_BREAKER = 6
-EXIT_AGENT_ERROR = 7
-
-
 #: Largest ``run.json`` of another run read when looking for lost runs, in bytes.
 RUN_JSON_MAX_BYTES = 64 * 1024 * 1024
-
-
-class LoopUsageError(Exception):
-    """The loop cannot start: bad PRD, bad option, agent not found. Exit code 4."""
-
-
-class NoCriteria(Exception):
-    """Nothing to check: no PRD found, an empty PRD, or every criterion deselected. Exit 5."""
-
-
-class Interrupted(Exception):
-    """Ctrl-C or SIGTERM during a run."""
-
-
-class Cancelled(Exception):
-    """``pytest --ralph-cancel`` asked the run to stop (seen at an iteration boundary)."""
-
-
-@dataclass
-class IterationRecord:
-    """What one iteration did and found (iteration 0 is the baseline check).
-
-    Attributes:
-        n: iteration number; 0 for the baseline.
-        results: the check results after it.
-        agent: the agent run, ``None`` for the baseline.
-        story: the story the prompt asked for, or ``""``.
-        streak: identical-failure streak after it.
-        error_streak: agent-error streak after it.
-        started: UTC time it started.
-        folder: its folder in the state directory.
-        regressions: keys of criteria that passed in an earlier check of the run and fail
-            in this one.
-        fingerprint: the failure fingerprint the breaker compares (flaky criteria left out).
-        changes: what the agent changed in the oracle since the run started (see
-            :mod:`pytest_ralph.oracle.snapshot`); non-empty marks a "criteria changed" iteration.
-        flaky: keys of criteria that failed in this check, then passed when re-checked.
-        blocked: stories blocked after it (story id -> why); see
-            :mod:`pytest_ralph.loop.escalation`.
-        diff: ``git diff --stat`` of what the iteration changed ("" when unknown).
-    """
-
-    n: int
-    results: CheckResults
-    agent: AgentRun | None
-    story: str
-    streak: int
-    error_streak: int
-    started: _dt.datetime
-    folder: Path
-    regressions: tuple[str, ...] = ()
-    fingerprint: str = ""
-    changes: tuple[Change, ...] = ()
-    flaky: tuple[str, ...] = ()
-    blocked: dict[str, str] = field(default_factory=dict)
-    diff: str = ""
-    #: (criterion key, fingerprint text) of each failure, once computed (see Loop._signature).
-    signature: tuple[tuple[str, str], ...] | None = field(default=None, compare=False,
-                                                          repr=False)
-
-    @property
-    def passing(self) -> int:
-        """Criteria passing after this iteration."""
-        return len(self.results.passing)
-
-
-@dataclass
-class RunRecord:
-    """A whole run, as the report needs it.
-
-    Attributes:
-        prd: the PRD (as last loaded).
-        settings: the effective settings.
-        argv: the agent argv (before ``{prompt_file}`` is replaced).
-        run_dir: the run's folder.
-        iterations: baseline first, then one record per iteration.
-        status: ``running``, ``complete``, ``limit``, ``breaker``, ``agent-error``,
-            ``interrupted`` or ``no-criteria``.
-        exit_code: the exit code, once stopped.
-        reason: the stop reason, one sentence.
-        started, finished: UTC times.
-        oracle: the oracle snapshot taken when the run started.
-        flaky: keys of every criterion found flaky so far; the breaker ignores them.
-        resumed_from: the status the run had when this process resumed it, or ``""``.
-        warnings: things that went wrong around the run (state folder deleted, say).
-        attempts: agent runs that did not spend an iteration (rate limits): (iteration,
-            run, seconds paused after it).
-        escalations: one line per escalation command run.
-        pending_escalation: the escalation (event, story ids) to run once the report of an
-            ending run is written.
-        error_streak: the agent-error streak when the run stopped on it (it may end with
-            rate-limited runs, which record no iteration).
-        confinement: how the agent runs and check phases were confined, one line for the
-            report (:meth:`Loop.confinement_line`); ``""`` when not known.
-    """
-
-    prd: PRD
-    settings: Settings
-    argv: list[str]
-    run_dir: RunDir
-    iterations: list[IterationRecord] = field(default_factory=list)
-    status: str = "running"
-    exit_code: int | None = None
-    reason: str = ""
-    started: _dt.datetime = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc))
-    finished: _dt.datetime | None = None
-    oracle: Snapshot | None = None
-    flaky: set[str] = field(default_factory=set)
-    resumed_from: str = ""
-    warnings: list[str] = field(default_factory=list)
-    attempts: list[tuple[int, AgentRun, float]] = field(default_factory=list)
-    escalations: list[str] = field(default_factory=list)
-    pending_escalation: tuple[str, list[str]] | None = None
-    error_streak: int = 0
-    confinement: str = ""
-
-    @property
-    def last(self) -> IterationRecord:
-        """The latest iteration (or the baseline)."""
-        return self.iterations[-1]
-
-    @property
-    def cost(self) -> float:
-        """US dollars the agent runs of this run cost, as the agent reported it."""
-        runs = [it.agent for it in self.iterations if it.agent is not None]
-        runs += [a for _, a, _ in self.attempts]
-        return sum(a.cost_usd for a in runs if a.cost_usd is not None)
-
-    @property
-    def blocked(self) -> dict[str, str]:
-        """Stories blocked so far (story id -> why)."""
-        return self.iterations[-1].blocked if self.iterations else {}
 
 
 @dataclass
@@ -263,21 +136,6 @@ class _Cursor:
     error_streak: int = 0
     last_fp: str | None = None
     last_story: str = ""
-
-
-@dataclass(frozen=True)
-class _Turn:
-    """One agent turn to conclude: iteration ``n``, the story it was asked for, the agent
-    run, when it started, its folder, and the git tree before it (``None``: unknown)."""
-
-    n: int
-    story: Story | None
-    agent: AgentRun
-    started: _dt.datetime
-    folder: Path
-    tree: str | None
-
-
 
 
 @contextmanager
@@ -930,7 +788,7 @@ class Loop:
                 if stop is not None:
                     return stop
                 continue
-            stop = self._conclude(run, state, phase, cur, _Turn(n, story, agent_run, started,
+            stop = self._conclude(run, state, phase, cur, Turn(n, story, agent_run, started,
                                                                  folder, before))
             if stop is not None:
                 return stop
@@ -1018,7 +876,7 @@ class Loop:
         return story, prompt
 
     def _conclude(self, run: RunRecord, state: StateDir, phase: CheckPhaseConfig,
-                  cur: _Cursor, turn: _Turn) -> int | None:
+                  cur: _Cursor, turn: Turn) -> int | None:
         """Check what the agent's turn left, record iteration ``turn.n``, and decide: the stop
         code (complete, agent errors, all stories blocked, breaker), or ``None`` to go on.
         ``cur`` is updated in place."""

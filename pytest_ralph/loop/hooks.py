@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from ..checks.fingerprint import normalize_failure
 from ..util.text import plural
 from .prompt import PromptContext, build_prompt
+from .records import EXIT_AGENT_ERROR, EXIT_BREAKER, EXIT_LIMIT
 
 if TYPE_CHECKING:
     from ..agents.run import AgentRun
@@ -35,7 +36,7 @@ class HookError(Exception):
 ESCALATIONS = ("", "breaker", "all-blocked")
 
 #: Exit code and run status of each way a hook may stop a run (see :class:`StopDecision`).
-STOP_STATUSES = {"limit": 1, "breaker": 6, "agent-error": 7}
+STOP_STATUSES = {"limit": EXIT_LIMIT, "breaker": EXIT_BREAKER, "agent-error": EXIT_AGENT_ERROR}
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from .prompt import excerpt, same_failure_counts
 
 if TYPE_CHECKING:
     from ..prd.model import PRD
-    from .controller import RunRecord
+    from .records import RunRecord
 
 _EXIT_MEANING = {0: "complete", 1: "stopped at a limit", 2: "interrupted", 3: "internal error",
                  6: "circuit breaker tripped, or every remaining story blocked",

@@ -389,7 +389,8 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     from .hookimpls import ConfigHooks, check_hook_names
 
     check_hook_names(config.pluginmanager)
-    from ..loop.controller import EXIT_INTERNAL, Loop, run_loop
+    from ..loop.controller import Loop, run_loop
+    from ..loop.records import EXIT_INTERNAL
 
     xml = config.getoption("xmlpath", None)
     loop = Loop(settings, rootdir=config.rootpath, inifile=config.inipath,
@@ -525,7 +526,7 @@ def _command(config: pytest.Config, flag: str) -> tuple[int, str]:
         driver = config.getoption("ralph_driver")
         from ..claude.arming import MARKER
         from ..commands.init import ScaffoldError, init_keys, render, scaffold
-        from ..loop.controller import EXIT_USAGE
+        from ..loop.records import EXIT_USAGE
 
         try:
             done = scaffold(config.rootpath, config=config.inipath, state_dir=settings.dir,
