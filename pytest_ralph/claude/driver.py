@@ -39,7 +39,7 @@ from typing import TextIO
 
 from ..agents.run import AgentRun
 from ..checks.phase import CheckPhaseConfig
-from ..loop.controller import Loop, _db_signature
+from ..loop.engine import RunEngine
 from ..loop.gitdiff import tree_snapshot
 from ..loop.prompt import pick_story
 from ..loop.records import EXIT_COMPLETE, EXIT_USAGE, LoopUsageError, NoCriteria, RunRecord, Turn
@@ -123,7 +123,7 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
 
     Returns:
         ``(exit code, text)``: 0 when the hook is installed and a run armed (or already
-        armed); :data:`pytest_ralph.loop.controller.EXIT_USAGE` (4) with the reason otherwise (a
+        armed); :data:`pytest_ralph.loop.records.EXIT_USAGE` (4) with the reason otherwise (a
         settings file that is not JSON, a bad PRD, a loop running on the state folder), or 5
         when there is no PRD or no criterion.
     """
@@ -351,7 +351,7 @@ def on_stop(armed: Armed, payload: StopPayload, *, python: str = sys.executable)
                        python=python)
     try:
         with guarded(stored.rootdir), loop.locked(state):
-            answer = loop.stop(stored.id, armed, payload)
+            answer = loop.answer(stored.id, armed, payload)
     except (LoopUsageError, StateError) as exc:
         answer = Answer(stderr=f"pytest-ralph: {exc}; the stop is allowed")
     log = out.getvalue()
@@ -363,8 +363,8 @@ def on_stop(armed: Armed, payload: StopPayload, *, python: str = sys.executable)
     return Answer(answer.stdout, stderr)
 
 
-class _DrivenLoop(Loop):
-    """:class:`~pytest_ralph.loop.controller.Loop` with one iteration per Stop event."""
+class _DrivenLoop(RunEngine):
+    """:class:`~pytest_ralph.loop.engine.RunEngine` with one iteration per Stop event."""
 
     def confinement_line(self) -> str:
         """What is confined under this driver: the check phases, never the session."""
@@ -372,10 +372,10 @@ class _DrivenLoop(Loop):
         return (f"the Claude Code session is not confined by pytest-ralph (it is the session "
                 f"you started); its check phases are {sb.describe()}")
 
-    def _bounded(self, phase: CheckPhaseConfig) -> CheckPhaseConfig:
+    def bounded(self, phase: CheckPhaseConfig) -> CheckPhaseConfig:
         """The check phase cut to :data:`STOP_CHECK_SECONDS`, so that it ends (and a slow
         criterion fails as timed out) before Claude Code kills the hook at its timeout."""
-        phase = super()._bounded(phase)
+        phase = super().bounded(phase)
         return replace(phase, timeout=min(phase.timeout, STOP_CHECK_SECONDS))
 
     def arm(self, prd: PRD, state: StateDir, marker: Path) -> tuple[RunRecord, Path | None]:
@@ -393,18 +393,18 @@ class _DrivenLoop(Loop):
         """
         history = self.history
         run_dir = state.new_run()
-        oracle = self._snapshot(prd)
+        oracle = self.snapshot_of(prd)
         started = _now()
         history.arm_run(run_dir.id, prd=prd.path.resolve(), rootdir=self.rootdir,
                         argv=SESSION_ARGV, settings=to_json(self.settings), armed=started,
                         hostname=socket.gethostname(), oracle=snapshot_to_json(oracle),
                         driver=DRIVER, marker=marker, inifile=self.inifile)
-        self._db_sig = _db_signature(history.path)
+        self.history_written()
         run = RunRecord(prd=prd, settings=self.settings, argv=list(SESSION_ARGV),
                         run_dir=run_dir, started=started, oracle=oracle,
                         confinement=self.confinement_line())
-        if self._baseline(run, state, self._phase_config(prd, oracle)) is not None:
-            return run, self._finish(run, state)
+        if self.baseline(run, state, self.phase_config(prd, oracle)) is not None:
+            return run, self.finish(run, state)
         _keep_good_prd(run)  # after the baseline wrote its notes back
         try:
             write_marker(Armed(marker, run_dir.id, state.root, self.rootdir))
@@ -415,7 +415,7 @@ class _DrivenLoop(Loop):
         self._set_turn(run)  # the session's first turn starts here, after the arming file
         return run, None
 
-    def stop(self, run_id: str, armed: Armed, payload: StopPayload) -> Answer:
+    def answer(self, run_id: str, armed: Armed, payload: StopPayload) -> Answer:
         """One Stop, with the state folder locked and the history open."""
         history = self.history
         stored = history.run(run_id)
@@ -426,12 +426,12 @@ class _DrivenLoop(Loop):
         session = payload.session_id or ""
         if not drv.session_id:
             adopted = history.adopt(run_id, session)
-            self._db_sig = _db_signature(history.path)
+            self.history_written()
             if not adopted:  # another session was first
                 return Answer()
             with contextlib.suppress(MarkerError):
                 write_marker(Armed(armed.path, run_id, armed.state_dir, armed.rootdir, session))
-            self._print(f"pytest-ralph: Claude Code session {session} adopted run {run_id}")
+            self.say(f"pytest-ralph: Claude Code session {session} adopted run {run_id}")
         elif drv.session_id != session:
             return Answer()
         state = StateDir(self.settings.dir)
@@ -461,20 +461,20 @@ class _DrivenLoop(Loop):
         try:
             run.oracle = snapshot_from_json(stored.oracle)
         except ValueError:
-            run.oracle = self._snapshot(prd)
-        self._load_iterations(run)
+            run.oracle = self.snapshot_of(prd)
+        self.load_iterations(run)
         # The budget counts from when the run was armed.
-        self._t0 -= (_now() - stored.started).total_seconds()
-        phase = self._phase_config(prd, run.oracle)
+        self.budget_from(stored.started)
+        phase = self.phase_config(prd, run.oracle)
         message: str | None = ""
         promise_missing = False
         if not run.iterations:
-            code = self._baseline(run, state, phase)
+            code = self.baseline(run, state, phase)
         else:
             # The criteria of the baseline (taken when the run was armed) are the ones checked:
             # one removed from the PRD since then fails as missing.
-            phase = self._expected(run, replace(phase, expected=()))
-            cur = self._cursor(run)
+            phase = self.expected_phase(run, replace(phase, expected=()))
+            cur = self.cursor(run)
             n = run.last.n + 1
             started = drv.turn_started or _now()
             story = pick_story(run.prd, run.last.results, run.blocked)
@@ -485,7 +485,7 @@ class _DrivenLoop(Loop):
                              log_path=(Path(payload.transcript_path) if payload.transcript_path
                                        else run.run_dir.path / HOOK_LOG),
                              log_tail="", detail=f"Claude Code session {session}")
-            code = self._conclude(run, state, phase, cur, Turn(
+            code = self.conclude(run, state, phase, cur, Turn(
                 n, story, agent, started, run.run_dir.iteration_dir(n), drv.tree or None))
             unreadable = ""
             if code == EXIT_COMPLETE and self.settings.promise:
@@ -503,25 +503,25 @@ class _DrivenLoop(Loop):
                     self._unstop(run)
                     code, promise_missing = None, True
             if code is None and n >= self.settings.max_iterations:
-                code = self._at_limit(run)
+                code = self.stop_at_limit(run)
                 if promise_missing:
                     run.reason += "; " + (unreadable or "every criterion passes, but the final "
                                           "message never held the completion promise line")
             if code is None and unreadable:
                 self._set_turn(run)
-                self._save(run)
+                self.save(run)
                 return Answer(allow(f"pytest-ralph: {unreadable}; the run stays armed"),
                               f"pytest-ralph: {unreadable}; the stop is allowed and the run "
                               "stays armed")
         if code is None:
-            code = self._spent(run)
+            code = self.stop_if_spent(run)
         if code is not None:
             now = history.run(run_id)
             if now is None or now.status != "running":  # cancelled while this Stop was checked
                 return Answer(stderr=f"pytest-ralph: run {run_id} was "
                                      f"{now.status if now else 'removed'} while this Stop was "
                                      "being checked; the stop is allowed")
-            report = self._finish(run, state)
+            report = self.finish(run, state)
             remove_marker(armed.path, run_id)
             n_done = max(len(run.iterations) - 1, 0)
             text = (f"pytest-ralph: run {run_id} {run.status} after "
@@ -532,7 +532,7 @@ class _DrivenLoop(Loop):
     def _set_turn(self, run: RunRecord) -> None:
         """Record that the session's next turn starts now, with the git tree as it is."""
         self.history.set_turn(run.run_dir.id, _now(), tree_snapshot(self.rootdir))
-        self._db_sig = _db_signature(self.history.path)
+        self.history_written()
 
     def _unstop(self, run: RunRecord) -> None:
         """Take back a ``complete`` stop: the completion promise is still missing."""
@@ -561,7 +561,7 @@ class _DrivenLoop(Loop):
             system = (f"ralph iteration {n}/{s.max_iterations}: 0 criteria failing; waiting "
                       "for the completion promise")
         else:
-            _, prompt = self._next_prompt(run, state, self._template(), n)
+            _, prompt = self.next_prompt(run, state, self.template(), n)
             if s.promise:
                 prompt += ("\n\n## Completion promise\n\nWhen every acceptance criterion "
                            "passes, and only then, end your final message with this line, "
@@ -578,6 +578,6 @@ class _DrivenLoop(Loop):
                       f"iteration {n} ({len(prompt)} characters) is in {prompt_file}: read "
                       "it before you go on.")
         self._set_turn(run)
-        self._save(run)
+        self.save(run)
         return Answer(block(reason, system), "")
 

@@ -892,7 +892,7 @@ def test_a_stop_check_phase_ends_before_the_hook_timeout(tmp_path: Path) -> None
                        inifile=None)
     phase = CheckPhaseConfig(prd=tmp_path / "prd.json", rootdir=tmp_path, inifile=None,
                              timeout=3600.0)
-    assert loop._bounded(phase).timeout == STOP_CHECK_SECONDS < DEFAULT_TIMEOUT - 60
+    assert loop.bounded(phase).timeout == STOP_CHECK_SECONDS < DEFAULT_TIMEOUT - 60
 
 
 def test_the_report_of_a_promised_run_says_so_and_the_outer_loop_ignores_it(
