@@ -3,7 +3,8 @@
 :class:`LoopHooks` is the built-in behaviour of every point at which a plugin can change
 what ``pytest --ralph`` does: the prompt, the agent command, the fingerprint of a failure,
 the decision to stop, and notices when a PRD is loaded and around each iteration. The loop
-(:mod:`pytest_ralph.loop.controller`) calls these methods and nothing else; the pytest layer
+(:mod:`pytest_ralph.loop.engine` and :mod:`pytest_ralph.loop.controller`) calls these
+methods and nothing else; the pytest layer
 (:mod:`pytest_ralph.plugin.hookimpls`) hands it a subclass that routes every call through the
 ``pytest_ralph_*`` hooks (:mod:`pytest_ralph.plugin.hookspecs`), where this built-in behaviour is
 the ``trylast`` implementation.
@@ -153,8 +154,9 @@ def decide_stop(ctx: StopContext) -> StopDecision:
 class LoopHooks:
     """The built-in behaviour of the loop's extension points; subclass to change it.
 
-    Each method is called by :class:`pytest_ralph.loop.controller.Loop` at the point its docstring
-    names. The pytest layer's subclass asks the ``pytest_ralph_*`` hooks first.
+    Each method is called by the loop (:class:`pytest_ralph.loop.engine.RunEngine`;
+    :class:`pytest_ralph.loop.controller.Loop` around the agent run) at the point its
+    docstring names. The pytest layer's subclass asks the ``pytest_ralph_*`` hooks first.
     """
 
     def prd_loaded(self, prd: PRD) -> None:

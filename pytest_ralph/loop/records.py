@@ -89,7 +89,8 @@ class IterationRecord:
     flaky: tuple[str, ...] = ()
     blocked: dict[str, str] = field(default_factory=dict)
     diff: str = ""
-    #: (criterion key, fingerprint text) of each failure, once computed (see Loop._signature).
+    #: (criterion key, fingerprint text) of each failure, once computed (see
+    #: :meth:`pytest_ralph.loop.breaker.Breaker.signature_of`).
     signature: tuple[tuple[str, str], ...] | None = field(default=None, compare=False,
                                                           repr=False)
 
@@ -126,7 +127,8 @@ class RunRecord:
         error_streak: the agent-error streak when the run stopped on it (it may end with
             rate-limited runs, which record no iteration).
         confinement: how the agent runs and check phases were confined, one line for the
-            report (:meth:`Loop.confinement_line`); ``""`` when not known.
+            report (:meth:`pytest_ralph.loop.controller.Loop.confinement_line`, or the Stop
+            hook driver's); ``""`` when not known.
     """
 
     prd: PRD
