@@ -38,19 +38,19 @@ from pathlib import Path
 from typing import TextIO
 
 from ..agents.run import AgentRun
-from ..checks.phase import CheckPhaseConfig
-from ..loop.controller import (
+from ..loop.engine import RunEngine
+from ..loop.gitdiff import tree_snapshot
+from ..loop.prompt import pick_story
+from ..loop.records import (
     EXIT_COMPLETE,
+    EXIT_INTERRUPTED,
+    EXIT_NO_CRITERIA,
     EXIT_USAGE,
-    Loop,
     LoopUsageError,
     NoCriteria,
     RunRecord,
-    _db_signature,
-    _Turn,
+    Turn,
 )
-from ..loop.gitdiff import tree_snapshot
-from ..loop.prompt import pick_story
 from ..loop.settings import Settings, SettingsError, from_json, to_json
 from ..oracle.importguard import guarded
 from ..oracle.snapshot import snapshot_from_json, snapshot_to_json
@@ -133,7 +133,7 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
 
     Returns:
         ``(exit code, text)``: 0 when the hook is installed and a run armed (or already
-        armed); :data:`pytest_ralph.loop.controller.EXIT_USAGE` (4) with the reason otherwise (a
+        armed); :data:`pytest_ralph.loop.records.EXIT_USAGE` (4) with the reason otherwise (a
         settings file that is not JSON, a bad PRD, a loop running on the state folder), or 5
         when there is no PRD or no criterion.
     """
@@ -152,21 +152,22 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
     if other:
         return EXIT_USAGE, other
     log = io.StringIO()
-    loop = _DrivenLoop(settings, rootdir=rootdir, inifile=inifile, out=out or log,
-                       python=python, pythonpath=pythonpath)
+    driver = _Driver(stop_engine(settings, rootdir=rootdir, inifile=inifile, out=out or log,
+                                 python=python, pythonpath=pythonpath))
+    engine = driver.engine
     state = StateDir(settings.dir)
     try:
-        prd = loop.prepare_prd()
+        prd = engine.prepare_prd()
         already = _already_armed(state)  # read-only: a Stop may hold the lock right now
         if already:
             return 0, already
-        with loop.locked(state):  # the settings change only once arming can go ahead
-            history = loop.history
+        with engine.locked(state):  # the settings change only once arming can go ahead
+            history = engine.history
             already = _already_armed(state, history)
             if already:
                 return 0, already
             # A changed oracle is refused before anything is written (--ralph-accept-changes).
-            accepted = loop.check_verified(prd, loop.snapshot_of(prd), state)
+            accepted = engine.check_verified(prd, engine.snapshot_of(prd), state)
             try:
                 merged = merge_stop_hook(rootdir / ".claude" / "settings.json",
                                          hook_command(python))
@@ -174,7 +175,7 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
                 return EXIT_USAGE, f"pytest-ralph: {exc}"
             lines.append(f"pytest-ralph: {merged.message}")
             lines += [f"pytest-ralph: warning: {note}" for note in accepted]
-            run, report = loop.arm(prd, state, rootdir / MARKER)
+            run, report = driver.arm(prd, state, rootdir / MARKER)
             if report is not None:
                 lines.append(log.getvalue().rstrip("\n"))
                 lines.append(f"pytest-ralph: nothing armed: {run.reason}; report {report}")
@@ -182,7 +183,7 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
     except (LoopUsageError, MarkerError) as exc:
         return EXIT_USAGE, "\n".join([*lines, f"pytest-ralph: {exc}"])
     except NoCriteria as exc:
-        return 5, "\n".join([*lines, f"pytest-ralph: {exc}"])
+        return EXIT_NO_CRITERIA, "\n".join([*lines, f"pytest-ralph: {exc}"])
     base = run.last.results
     n = len(base.criteria)
     promise = (f"; it also needs the final message to hold the line <promise>{settings.promise}"
@@ -357,11 +358,11 @@ def on_stop(armed: Armed, payload: StopPayload, *, python: str = sys.executable)
     except SettingsError as exc:
         return Answer(stderr=f"pytest-ralph: {exc}; the stop is allowed")
     out = io.StringIO()
-    loop = _DrivenLoop(settings, rootdir=stored.rootdir, inifile=drv.inifile, out=out,
-                       python=python)
+    driver = _Driver(stop_engine(settings, rootdir=stored.rootdir, inifile=drv.inifile,
+                                 out=out, python=python))
     try:
-        with guarded(stored.rootdir), loop.locked(state):
-            answer = loop.stop(stored.id, armed, payload)
+        with guarded(stored.rootdir), driver.engine.locked(state):
+            answer = driver.answer(stored.id, armed, payload)
     except (LoopUsageError, StateError) as exc:
         answer = Answer(stderr=f"pytest-ralph: {exc}; the stop is allowed")
     log = out.getvalue()
@@ -373,26 +374,45 @@ def on_stop(armed: Armed, payload: StopPayload, *, python: str = sys.executable)
     return Answer(answer.stdout, stderr)
 
 
-class _DrivenLoop(Loop):
-    """:class:`~pytest_ralph.loop.controller.Loop` with one iteration per Stop event."""
+def stop_engine(settings: Settings, *, rootdir: Path, inifile: Path | None,
+                out: TextIO = sys.stdout, python: str = sys.executable,
+                pythonpath: tuple[Path, ...] = ()) -> RunEngine:
+    """The engine of a Claude Code run (:class:`pytest_ralph.loop.engine.RunEngine`): each
+    check phase is cut to :data:`STOP_CHECK_SECONDS`, so that it ends (and a slow criterion
+    fails as timed out) before Claude Code kills the hook at its timeout.
+
+    Args:
+        settings: the run's settings.
+        rootdir: the project root.
+        inifile: the configuration file of the check phases, or ``None``.
+        out: where the engine prints (the hook keeps it in :data:`HOOK_LOG`).
+        python: the interpreter of the check phases' child pytest.
+        pythonpath: ini ``pythonpath`` folders, for the oracle snapshot.
+    """
+    return RunEngine(settings, rootdir=rootdir, inifile=inifile, out=out, python=python,
+                     pythonpath=pythonpath, check_cap=STOP_CHECK_SECONDS)
+
+
+class _Driver:
+    """One Stop event = one turn of the run, on ``engine`` (:func:`stop_engine`), which it
+    drives through its public steps."""
+
+    def __init__(self, engine: RunEngine) -> None:
+        self.engine = engine
+        self.settings = engine.settings
+        self.rootdir = engine.rootdir
 
     def confinement_line(self) -> str:
         """What is confined under this driver: the check phases, never the session."""
-        sb = self.sandbox
+        sb = self.engine.sandbox
         return (f"the Claude Code session is not confined by pytest-ralph (it is the session "
                 f"you started); its check phases are {sb.describe()}")
-
-    def _bounded(self, phase: CheckPhaseConfig) -> CheckPhaseConfig:
-        """The check phase cut to :data:`STOP_CHECK_SECONDS`, so that it ends (and a slow
-        criterion fails as timed out) before Claude Code kills the hook at its timeout."""
-        phase = super()._bounded(phase)
-        return replace(phase, timeout=min(phase.timeout, STOP_CHECK_SECONDS))
 
     def arm(self, prd: PRD, state: StateDir, marker: Path) -> tuple[RunRecord, Path | None]:
         """Record a new driven run of ``prd``, check its baseline now (so that every Stop of
         the session is an iteration the oracle guard and the completion promise apply to)
         and, unless that ends the run, write the arming file ``marker``. Needs
-        :meth:`locked`.
+        :meth:`pytest_ralph.loop.engine.RunEngine.locked`.
 
         Returns:
             The run, and the report's path when the baseline ended it (every criterion
@@ -401,33 +421,33 @@ class _DrivenLoop(Loop):
         Raises:
             MarkerError: the arming file cannot be written (the run is then cancelled).
         """
-        history = self.history
+        history = self.engine.history
         run_dir = state.new_run()
-        oracle = self._snapshot(prd)
+        oracle = self.engine.snapshot_of(prd)
         started = _now()
         history.arm_run(run_dir.id, prd=prd.path.resolve(), rootdir=self.rootdir,
                         argv=SESSION_ARGV, settings=to_json(self.settings), armed=started,
                         hostname=socket.gethostname(), oracle=snapshot_to_json(oracle),
-                        driver=DRIVER, marker=marker, inifile=self.inifile)
-        self._db_sig = _db_signature(history.path)
+                        driver=DRIVER, marker=marker, inifile=self.engine.inifile)
+        self.engine.history_written()
         run = RunRecord(prd=prd, settings=self.settings, argv=list(SESSION_ARGV),
                         run_dir=run_dir, started=started, oracle=oracle,
                         confinement=self.confinement_line())
-        if self._baseline(run, state, self._phase_config(prd, oracle)) is not None:
-            return run, self._finish(run, state)
+        if self.engine.baseline(run, state, self.engine.phase_config(prd, oracle)) is not None:
+            return run, self.engine.finish(run, state)
         _keep_good_prd(run)  # after the baseline wrote its notes back
         try:
             write_marker(Armed(marker, run_dir.id, state.root, self.rootdir))
         except MarkerError:
-            history.finish_run(run_dir.id, "cancelled", 2, "the arming file could not be "
-                               "written", _now())
+            history.finish_run(run_dir.id, "cancelled", EXIT_INTERRUPTED, "the arming file "
+                               "could not be written", _now())
             raise
         self._set_turn(run)  # the session's first turn starts here, after the arming file
         return run, None
 
-    def stop(self, run_id: str, armed: Armed, payload: StopPayload) -> Answer:
+    def answer(self, run_id: str, armed: Armed, payload: StopPayload) -> Answer:
         """One Stop, with the state folder locked and the history open."""
-        history = self.history
+        history = self.engine.history
         stored = history.run(run_id)
         drv = history.driver(run_id)
         if stored is None or drv is None or stored.status != "running":
@@ -436,12 +456,12 @@ class _DrivenLoop(Loop):
         session = payload.session_id or ""
         if not drv.session_id:
             adopted = history.adopt(run_id, session)
-            self._db_sig = _db_signature(history.path)
+            self.engine.history_written()
             if not adopted:  # another session was first
                 return Answer()
             with contextlib.suppress(MarkerError):
                 write_marker(Armed(armed.path, run_id, armed.state_dir, armed.rootdir, session))
-            self._print(f"pytest-ralph: Claude Code session {session} adopted run {run_id}")
+            self.engine.say(f"pytest-ralph: Claude Code session {session} adopted run {run_id}")
         elif drv.session_id != session:
             return Answer()
         state = StateDir(self.settings.dir)
@@ -471,20 +491,20 @@ class _DrivenLoop(Loop):
         try:
             run.oracle = snapshot_from_json(stored.oracle)
         except ValueError:
-            run.oracle = self._snapshot(prd)
-        self._load_iterations(run)
+            run.oracle = self.engine.snapshot_of(prd)
+        self.engine.load_iterations(run)
         # The budget counts from when the run was armed.
-        self._t0 -= (_now() - stored.started).total_seconds()
-        phase = self._phase_config(prd, run.oracle)
+        self.engine.budget_from(stored.started)
+        phase = self.engine.phase_config(prd, run.oracle)
         message: str | None = ""
         promise_missing = False
         if not run.iterations:
-            code = self._baseline(run, state, phase)
+            code = self.engine.baseline(run, state, phase)
         else:
             # The criteria of the baseline (taken when the run was armed) are the ones checked:
             # one removed from the PRD since then fails as missing.
-            phase = self._expected(run, replace(phase, expected=()))
-            cur = self._cursor(run)
+            phase = self.engine.expected_phase(run, replace(phase, expected=()))
+            cur = self.engine.cursor(run)
             n = run.last.n + 1
             started = drv.turn_started or _now()
             story = pick_story(run.prd, run.last.results, run.blocked)
@@ -495,7 +515,7 @@ class _DrivenLoop(Loop):
                              log_path=(Path(payload.transcript_path) if payload.transcript_path
                                        else run.run_dir.path / HOOK_LOG),
                              log_tail="", detail=f"Claude Code session {session}")
-            code = self._conclude(run, state, phase, cur, _Turn(
+            code = self.engine.conclude(run, state, phase, cur, Turn(
                 n, story, agent, started, run.run_dir.iteration_dir(n), drv.tree or None))
             unreadable = ""
             if code == EXIT_COMPLETE and self.settings.promise:
@@ -513,25 +533,25 @@ class _DrivenLoop(Loop):
                     self._unstop(run)
                     code, promise_missing = None, True
             if code is None and n >= self.settings.max_iterations:
-                code = self._at_limit(run)
+                code = self.engine.stop_at_limit(run)
                 if promise_missing:
                     run.reason += "; " + (unreadable or "every criterion passes, but the final "
                                           "message never held the completion promise line")
             if code is None and unreadable:
                 self._set_turn(run)
-                self._save(run)
+                self.engine.save(run)
                 return Answer(allow(f"pytest-ralph: {unreadable}; the run stays armed"),
                               f"pytest-ralph: {unreadable}; the stop is allowed and the run "
                               "stays armed")
         if code is None:
-            code = self._spent(run)
+            code = self.engine.stop_if_spent(run)
         if code is not None:
             now = history.run(run_id)
             if now is None or now.status != "running":  # cancelled while this Stop was checked
                 return Answer(stderr=f"pytest-ralph: run {run_id} was "
                                      f"{now.status if now else 'removed'} while this Stop was "
                                      "being checked; the stop is allowed")
-            report = self._finish(run, state)
+            report = self.engine.finish(run, state)
             remove_marker(armed.path, run_id)
             n_done = max(len(run.iterations) - 1, 0)
             text = (f"pytest-ralph: run {run_id} {run.status} after "
@@ -541,8 +561,8 @@ class _DrivenLoop(Loop):
 
     def _set_turn(self, run: RunRecord) -> None:
         """Record that the session's next turn starts now, with the git tree as it is."""
-        self.history.set_turn(run.run_dir.id, _now(), tree_snapshot(self.rootdir))
-        self._db_sig = _db_signature(self.history.path)
+        self.engine.history.set_turn(run.run_dir.id, _now(), tree_snapshot(self.rootdir))
+        self.engine.history_written()
 
     def _unstop(self, run: RunRecord) -> None:
         """Take back a ``complete`` stop: the completion promise is still missing."""
@@ -552,7 +572,7 @@ class _DrivenLoop(Loop):
         """Block the stop with the next iteration's prompt (unless the run was cancelled
         while its criteria were being checked)."""
         s = self.settings
-        now = self.history.run(run.run_dir.id)
+        now = self.engine.history.run(run.run_dir.id)
         if now is None or now.status != "running":
             status = now.status if now else "gone"
             return Answer(stderr=f"pytest-ralph: run {run.run_dir.id} was {status} while this "
@@ -571,7 +591,7 @@ class _DrivenLoop(Loop):
             system = (f"ralph iteration {n}/{s.max_iterations}: 0 criteria failing; waiting "
                       "for the completion promise")
         else:
-            _, prompt = self._next_prompt(run, state, self._template(), n)
+            _, prompt = self.engine.next_prompt(run, state, self.engine.template(), n)
             if s.promise:
                 prompt += ("\n\n## Completion promise\n\nWhen every acceptance criterion "
                            "passes, and only then, end your final message with this line, "
@@ -588,6 +608,6 @@ class _DrivenLoop(Loop):
                       f"iteration {n} ({len(prompt)} characters) is in {prompt_file}: read "
                       "it before you go on.")
         self._set_turn(run)
-        self._save(run)
+        self.engine.save(run)
         return Answer(block(reason, system), "")
 

@@ -34,11 +34,16 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..checks.fingerprint import fingerprint
+from ..util.env import EVENT_ENV
 from ..util.process import run_in_group
 from ..util.redact import Redactor, redact_file
+from .report import story_report
+
+if TYPE_CHECKING:
+    from .records import RunRecord
 
 #: Seconds the escalation command may run before its process group is killed.
 ESCALATE_TIMEOUT = 300.0
@@ -235,3 +240,32 @@ def run_escalate(command: str, dump: str, *, cwd: Path, log_path: Path,
                               f"{finished.returncode} (log {log_path})", log_path)
     return EscalateResult(True, f"escalation command `{command}` ran (log {log_path})",
                           log_path)
+
+
+def escalate(run: RunRecord, event: str, stories: list[str], *, command: str, rootdir: Path,
+             redactor: Redactor, left: float | None,
+             report: Path | None = None) -> tuple[str, EscalateResult]:
+    """Run the escalation ``command`` (ini ``ralph_escalate``) for ``event`` about
+    ``stories`` of ``run``, with :func:`state_dump` on stdin and its log in the run's folder.
+
+    Args:
+        left: seconds left of ``--ralph-budget`` (``None``: no budget); the command gets at
+            most :data:`ESCALATE_TIMEOUT`, at least :data:`ESCALATE_MIN_SECONDS`.
+        report: the run's report once written (the run ended), else ``None``.
+
+    Returns:
+        One line for the progress output and the report, and the command's result.
+    """
+    dump = state_dump(event=event, run_id=run.run_dir.id, prd=run.prd.path,
+                      rootdir=rootdir, reason=run.reason or "; ".join(
+                          f"{sid}: {run.blocked.get(sid, '')}" for sid in stories),
+                      stories=[story_report(run, sid) for sid in stories],
+                      report=report, redact=redactor.text)
+    log = run.run_dir.path / f"escalate-{run.last.n:03d}-{event}.log"
+    result = run_escalate(command, dump, cwd=rootdir, log_path=log,
+                          env={EVENT_ENV: event},
+                          timeout=ESCALATE_TIMEOUT if left is None else min(
+                              ESCALATE_TIMEOUT, max(left, ESCALATE_MIN_SECONDS)),
+                          redact=redactor)
+    line = f"iteration {run.last.n}, {event} ({', '.join(stories)}): {result.summary}"
+    return line, result

@@ -3,7 +3,8 @@
 :class:`LoopHooks` is the built-in behaviour of every point at which a plugin can change
 what ``pytest --ralph`` does: the prompt, the agent command, the fingerprint of a failure,
 the decision to stop, and notices when a PRD is loaded and around each iteration. The loop
-(:mod:`pytest_ralph.loop.controller`) calls these methods and nothing else; the pytest layer
+(:mod:`pytest_ralph.loop.engine` and :mod:`pytest_ralph.loop.controller`) calls these
+methods and nothing else; the pytest layer
 (:mod:`pytest_ralph.plugin.hookimpls`) hands it a subclass that routes every call through the
 ``pytest_ralph_*`` hooks (:mod:`pytest_ralph.plugin.hookspecs`), where this built-in behaviour is
 the ``trylast`` implementation.
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 from ..checks.fingerprint import normalize_failure
 from ..util.text import plural
 from .prompt import PromptContext, build_prompt
+from .records import EXIT_AGENT_ERROR, EXIT_BREAKER, EXIT_LIMIT
 
 if TYPE_CHECKING:
     from ..agents.run import AgentRun
@@ -35,7 +37,7 @@ class HookError(Exception):
 ESCALATIONS = ("", "breaker", "all-blocked")
 
 #: Exit code and run status of each way a hook may stop a run (see :class:`StopDecision`).
-STOP_STATUSES = {"limit": 1, "breaker": 6, "agent-error": 7}
+STOP_STATUSES = {"limit": EXIT_LIMIT, "breaker": EXIT_BREAKER, "agent-error": EXIT_AGENT_ERROR}
 
 
 @dataclass(frozen=True)
@@ -152,8 +154,9 @@ def decide_stop(ctx: StopContext) -> StopDecision:
 class LoopHooks:
     """The built-in behaviour of the loop's extension points; subclass to change it.
 
-    Each method is called by :class:`pytest_ralph.loop.controller.Loop` at the point its docstring
-    names. The pytest layer's subclass asks the ``pytest_ralph_*`` hooks first.
+    Each method is called by the loop (:class:`pytest_ralph.loop.engine.RunEngine`;
+    :class:`pytest_ralph.loop.controller.Loop` around the agent run) at the point its
+    docstring names. The pytest layer's subclass asks the ``pytest_ralph_*`` hooks first.
     """
 
     def prd_loaded(self, prd: PRD) -> None:

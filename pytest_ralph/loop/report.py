@@ -25,7 +25,7 @@ from .prompt import excerpt, same_failure_counts
 
 if TYPE_CHECKING:
     from ..prd.model import PRD
-    from .controller import RunRecord
+    from .records import RunRecord
 
 _EXIT_MEANING = {0: "complete", 1: "stopped at a limit", 2: "interrupted", 3: "internal error",
                  6: "circuit breaker tripped, or every remaining story blocked",
@@ -145,42 +145,7 @@ def render_report(run: RunRecord) -> str:
     ]
     if run.warnings:
         out += ["## Warnings", "", *[f"- {w}" for w in run.warnings], ""]
-    # Story x iteration matrix.
-    heads = ["baseline" if it.n == 0 else str(it.n) for it in run.iterations]
-    out += ["## Stories x iterations", "",
-            "Passing criteria of each story after each check (`ok` when all pass).", "",
-            "| story | title | " + " | ".join(heads) + " |",
-            "|---|---|" + "---|" * len(heads)]
-    for story in run.prd.ordered_stories():
-        if s.story and story.id not in s.story:
-            continue
-        cells = []
-        for it in run.iterations:
-            crits = it.results.by_story().get(story.id)
-            if not crits:
-                cells.append("-")
-                continue
-            good = sum(c.passed for c in crits)
-            cells.append(f"{good}/{len(crits)}" + (" ok" if good == len(crits) else ""))
-        out.append(f"| {story.id} | {_cell(story.title)} | " + " | ".join(cells) + " |")
-    out.append("")
-    # Iterations.
-    out += ["## Iterations", "",
-            "| # | story | agent | outcome | seconds | passing | fingerprint | streak | "
-            "cost, turns, tokens |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    for it in run.iterations:
-        r = it.results
-        if it.agent is None:
-            agent_cells = "baseline check | - | -"
-        else:
-            code = "-" if it.agent.exit_code is None else f"exit {it.agent.exit_code}"
-            said = f": {_cell(clean(it.agent.detail))}" if it.agent.detail else ""
-            agent_cells = f"{code} | {it.agent.outcome}{said} | {it.agent.duration:.1f}"
-        out.append(f"| {it.n} | {it.story or '-'} | {agent_cells} | "
-                   f"{len(r.passing)}/{len(r.criteria)} | `{it.fingerprint or r.fingerprint}` | "
-                   f"{it.streak} | {(it.agent.usage() or '-') if it.agent else '-'} |")
-    out.append("")
+    out += _tables(run)
     # Failures.
     if last.failing or last.errors:
         out += ["## Failing criteria (last check)", ""]
@@ -237,6 +202,49 @@ def render_report(run: RunRecord) -> str:
     if (run.status in ("breaker", "agent-error") or run.blocked) and run.iterations:
         out += _escalation(run)
     return "\n".join(out)
+
+
+def _tables(run: RunRecord) -> list[str]:
+    """The report's "Stories x iterations" matrix and its "Iterations" table."""
+    s = run.settings
+    out: list[str] = []
+    # Story x iteration matrix.
+    heads = ["baseline" if it.n == 0 else str(it.n) for it in run.iterations]
+    out += ["## Stories x iterations", "",
+            "Passing criteria of each story after each check (`ok` when all pass).", "",
+            "| story | title | " + " | ".join(heads) + " |",
+            "|---|---|" + "---|" * len(heads)]
+    for story in run.prd.ordered_stories():
+        if s.story and story.id not in s.story:
+            continue
+        cells = []
+        for it in run.iterations:
+            crits = it.results.by_story().get(story.id)
+            if not crits:
+                cells.append("-")
+                continue
+            good = sum(c.passed for c in crits)
+            cells.append(f"{good}/{len(crits)}" + (" ok" if good == len(crits) else ""))
+        out.append(f"| {story.id} | {_cell(story.title)} | " + " | ".join(cells) + " |")
+    out.append("")
+    # Iterations.
+    out += ["## Iterations", "",
+            "| # | story | agent | outcome | seconds | passing | fingerprint | streak | "
+            "cost, turns, tokens |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for it in run.iterations:
+        r = it.results
+        if it.agent is None:
+            agent_cells = "baseline check | - | -"
+        else:
+            code = "-" if it.agent.exit_code is None else f"exit {it.agent.exit_code}"
+            said = f": {_cell(clean(it.agent.detail))}" if it.agent.detail else ""
+            agent_cells = f"{code} | {it.agent.outcome}{said} | {it.agent.duration:.1f}"
+        out.append(f"| {it.n} | {it.story or '-'} | {agent_cells} | "
+                   f"{len(r.passing)}/{len(r.criteria)} | `{it.fingerprint or r.fingerprint}` | "
+                   f"{it.streak} | {(it.agent.usage() or '-') if it.agent else '-'} |")
+    out.append("")
+    return out
 
 
 def _dialect_lines(prd: PRD) -> list[str]:

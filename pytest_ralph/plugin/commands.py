@@ -93,7 +93,8 @@ def run(config: pytest.Config, loop: Loop) -> int:
     error is :data:`pytest_ralph.loop.controller.EXIT_INTERNAL`, with its traceback in a
     ``pytest-ralph-crash-*.txt`` file of the temporary folder. After a real run,
     :func:`after_loop`."""
-    from ..loop.controller import EXIT_INTERNAL, run_loop
+    from ..loop.controller import run_loop
+    from ..loop.records import EXIT_INTERNAL
 
     said: list[str] = []
 
@@ -160,7 +161,7 @@ def command(config: pytest.Config, flag: str) -> tuple[int, str]:
         from ..claude.arming import MARKER
         from ..commands.detect import ScaffoldError
         from ..commands.init import init_keys, render, scaffold
-        from ..loop.controller import EXIT_USAGE
+        from ..loop.records import EXIT_USAGE
 
         try:
             done = scaffold(config.rootpath, config=config.inipath, state_dir=settings.dir,

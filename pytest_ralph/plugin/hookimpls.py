@@ -271,7 +271,7 @@ class ConfigHooks(LoopHooks):
         self._callers.clear()
         unknown = scan_conftests(self.scope, self.config.rootpath)
         if unknown:
-            from ..loop.controller import LoopUsageError
+            from ..loop.records import LoopUsageError
             from .hookspecs import HOOK_NAMES
 
             raise LoopUsageError(f"unknown hook {'; '.join(unknown)}: expected one of "

@@ -26,7 +26,7 @@ from ..checks.results import CriterionResult
 from ..util.text import plural
 
 if TYPE_CHECKING:
-    from ..loop.controller import RunRecord
+    from ..loop.records import RunRecord
 
 #: A function applied to user text before it is escaped (secret values of the environment
 #: replaced: :meth:`pytest_ralph.util.redact.Redactor.text`).

@@ -10,6 +10,15 @@ from __future__ import annotations
 #: run must not drive a second loop (the hook does nothing when it is set).
 CONTROLLER_ENV = "PYTEST_RALPH_CONTROLLER"
 
+#: Environment variables the loop sets for each agent run: the iteration number, and the
+#: prompt file (the prompt is on stdin too).
+ITERATION_ENV = "PYTEST_RALPH_ITERATION"
+PROMPT_FILE_ENV = "PYTEST_RALPH_PROMPT_FILE"
+
+#: Environment variable the loop sets for the escalation command (ini ``ralph_escalate``):
+#: the event, ``story-blocked``, ``breaker`` or ``all-blocked``.
+EVENT_ENV = "PYTEST_RALPH_EVENT"
+
 #: The arming file of a Claude Code run, relative to a project folder (see
 #: :mod:`pytest_ralph.claude.arming`).
 MARKER_PARTS = (".claude", "pytest-ralph.local.json")

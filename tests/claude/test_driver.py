@@ -885,15 +885,15 @@ def test_project_modules_named_like_the_standard_library_do_not_break_the_hook(
 
 def test_a_stop_check_phase_ends_before_the_hook_timeout(tmp_path: Path) -> None:
     from pytest_ralph.checks.phase import CheckPhaseConfig
-    from pytest_ralph.claude.driver import STOP_CHECK_SECONDS, _DrivenLoop
+    from pytest_ralph.claude.driver import STOP_CHECK_SECONDS, stop_engine
     from pytest_ralph.claude.settings_file import DEFAULT_TIMEOUT
     from pytest_ralph.loop.settings import from_json
 
-    loop = _DrivenLoop(from_json({"dir": str(tmp_path / "state")}, "test"), rootdir=tmp_path,
-                       inifile=None)
+    engine = stop_engine(from_json({"dir": str(tmp_path / "state")}, "test"), rootdir=tmp_path,
+                         inifile=None)
     phase = CheckPhaseConfig(prd=tmp_path / "prd.json", rootdir=tmp_path, inifile=None,
                              timeout=3600.0)
-    assert loop._bounded(phase).timeout == STOP_CHECK_SECONDS < DEFAULT_TIMEOUT - 60
+    assert engine.bounded(phase).timeout == STOP_CHECK_SECONDS < DEFAULT_TIMEOUT - 60
 
 
 def test_the_report_of_a_promised_run_says_so_and_the_outer_loop_ignores_it(

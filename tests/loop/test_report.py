@@ -11,7 +11,7 @@ import pytest
 from pytest_ralph.agents.run import AgentRun
 from pytest_ralph.checks.fingerprint import fingerprint
 from pytest_ralph.checks.results import CheckResults, CriterionResult
-from pytest_ralph.loop.controller import IterationRecord, RunRecord
+from pytest_ralph.loop.records import IterationRecord, RunRecord
 from pytest_ralph.loop.report import render_report, write_report
 from pytest_ralph.loop.settings import Settings, resolve
 from pytest_ralph.prd.model import PRD, Criterion, Story
