@@ -15,7 +15,8 @@ from xml.etree import ElementTree
 import pytest
 
 from pytest_ralph.checks.kinds import git_state
-from tests.conftest import PY, story
+from tests.support.env import PY
+from tests.support.prd import story
 
 Writer = Callable[..., Path]
 

@@ -39,8 +39,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import story
 from tests.support.model_server import Block, ModelServer, Reply, Text, ToolUse
+from tests.support.prd import story
 
 # No module-level skip: every test needs the session fixture `claude_bin` (through `project`),
 # which installs the pinned CLI when it is absent, makes a failed install an error, and skips

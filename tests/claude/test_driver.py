@@ -28,7 +28,7 @@ from pytest_ralph.claude.payload import TRUNCATION_MARKER
 from pytest_ralph.claude.settings_file import SAFE_PATH_FLAG
 from pytest_ralph.prd.load import load_prd
 from pytest_ralph.state.history import DB_NAME, History
-from tests.conftest import story
+from tests.support.prd import story
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX shell, flock")
 

@@ -28,7 +28,8 @@ from pytest_ralph.checks.phase import (
     workers_problem,
 )
 from pytest_ralph.loop.settings import SettingsError, describe, from_json, resolve, to_json
-from tests.conftest import PY, story
+from tests.support.env import PY
+from tests.support.prd import story
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX shell commands")
 

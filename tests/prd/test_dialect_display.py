@@ -13,7 +13,7 @@ import pytest
 from pytest_ralph.loop.report import dialect_line, no_stories_message, shown_path
 from pytest_ralph.prd.model import PRD, Criterion, Story
 from pytest_ralph.testing import AgentFactory
-from tests.conftest import PY
+from tests.support.env import PY
 
 #: `tasks` + `steps` + `status`, no ids: three stories S1..S3.
 TASKS = {"project": "Todo", "tasks": [

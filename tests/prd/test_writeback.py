@@ -16,7 +16,8 @@ from pytest_ralph.checks.verdicts import NOTE_MAX_CHARS, story_notes, story_verd
 from pytest_ralph.prd.dialects import Normalized, normalize
 from pytest_ralph.prd.load import load_prd, strip_jsonc
 from pytest_ralph.prd.writeback import NOTE_PREFIX, write_back
-from tests.conftest import PY, story
+from tests.support.env import PY
+from tests.support.prd import story
 
 
 def _prd(**extra: Any) -> dict[str, Any]:
