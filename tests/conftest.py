@@ -1,4 +1,6 @@
-"""Shared fixtures: PRD writers and scripted agents for pytester-based tests."""
+"""The suite's fixtures: PRD writers and scripted agents for pytester-based tests, the real
+Claude Code CLI against a scripted loopback model. The helpers tests import live in
+``tests/support/``."""
 
 from __future__ import annotations
 
@@ -6,14 +8,13 @@ import json
 import os
 import shlex
 import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-PY = shlex.quote(sys.executable)
+from tests.support.env import PY
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -26,14 +27,6 @@ def pytest_configure(config: pytest.Config) -> None:
     # On GitHub Actions, the gates and loops the tests start would append their Markdown
     # summaries to the job's own summary: tests that want one set the variable themselves.
     os.environ.pop("GITHUB_STEP_SUMMARY", None)
-
-
-def story(sid: str, *criteria: Any, priority: int = 1, passes: bool = False,
-          title: str | None = None) -> dict[str, Any]:
-    """A canonical user story dict."""
-    return {"id": sid, "title": title or f"story {sid}", "description": f"about {sid}",
-            "acceptanceCriteria": list(criteria), "priority": priority, "passes": passes,
-            "notes": ""}
 
 
 @pytest.fixture

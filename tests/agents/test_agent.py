@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,7 @@ from pytest_ralph.agents.run import (
     run_agent,
     split_command,
 )
-
-PY = sys.executable
+from tests.support.env import PYTHON
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="POSIX shell quoting and signals")
 
@@ -85,7 +83,7 @@ def test_resolve_executable_relative_path_is_against_cwd(tmp_path: Path) -> None
 
 
 def test_resolve_executable_absolute_path() -> None:
-    assert resolve_executable([PY, "-c", "pass"], Path("/")) == PY
+    assert resolve_executable([PYTHON, "-c", "pass"], Path("/")) == PYTHON
 
 
 @posix_only
@@ -143,7 +141,7 @@ def test_render_argv_leaves_other_braces_and_input_alone(tmp_path: Path) -> None
 def _agent(tmp_path: Path, body: str) -> list[str]:
     path = tmp_path / "agent.py"
     path.write_text(body, encoding="utf-8")
-    return [PY, str(path)]
+    return [PYTHON, str(path)]
 
 
 def _run(tmp_path: Path, argv: list[str], *, prompt: str = "do the thing",
@@ -285,7 +283,7 @@ def test_describe(run: AgentRun, text: str) -> None:
 
 def test_describe_of_a_real_run(tmp_path: Path) -> None:
     run = _run(tmp_path, _agent(tmp_path, "import sys\nsys.exit(5)\n"))
-    assert run.describe().startswith(f"agent `{Path(PY).name}` exit 5 in ")
+    assert run.describe().startswith(f"agent `{Path(PYTHON).name}` exit 5 in ")
     assert run.describe().endswith(" s")
 
 

@@ -10,10 +10,6 @@ Each test runs ``python -m pytest --ralph`` in a real subprocess; the fake CLI i
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import sqlite3
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,7 +17,11 @@ from typing import Any
 
 import pytest
 
-FAKE = Path(__file__).parent.parent / "support" / "fake_cli.py"
+from tests.support.env import clean_env
+from tests.support.git import git
+from tests.support.prd import story
+from tests.support.project import Project
+
 SECRET = "s3cr3t-Value-0123456789"
 
 
@@ -58,74 +58,15 @@ def api_error_exit_0() -> dict[str, Any]:
             "exit": 0}
 
 
-class Project:
-    """A project folder with a PRD, a fake CLI on PATH and a helper to run the loop."""
-
-    def __init__(self, root: Path, stories: list[dict[str, Any]]) -> None:
-        self.root = root / "project"
-        self.bin = root / "bin"
-        self.root.mkdir()
-        self.bin.mkdir()
-        # Beside the fake CLI: the folder of an agent command's own files stays writable in
-        # the sandbox (the rest of /tmp is private to the agent).
-        self.plan = self.bin / "plan.json"
-        (self.root / "prd.json").write_text(json.dumps(
-            {"project": "fake", "userStories": stories}, indent=2))
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_RALPH")}
-        self.env.update(PATH=f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}",
-                        FAKE_CLI_PLAN=str(self.plan))
-        self.env.pop("PYTHONUNBUFFERED", None)
-
-    def cli(self, name: str) -> None:
-        shim = self.bin / name
-        shim.write_text(f"#!{sys.executable}\nimport runpy, sys\nsys.argv[0] = {name!r}\n"
-                        f"runpy.run_path({str(FAKE)!r}, run_name='__main__')\n")
-        shim.chmod(0o755)
-
-    def play(self, *steps: dict[str, Any]) -> None:
-        self.plan.write_text(json.dumps(list(steps)))
-
-    def ralph(self, *args: str, ini: str = "", timeout: float = 240
-              ) -> subprocess.CompletedProcess[str]:
-        (self.root / "pytest.ini").write_text("[pytest]\n" + ini)
-        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                               "--ralph", *args], cwd=self.root, env=self.env, text=True,
-                              capture_output=True, timeout=timeout)
-
-    def status(self) -> subprocess.CompletedProcess[str]:
-        """``pytest --ralph-status`` in the project."""
-        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                               "--ralph-status"], cwd=self.root, env=self.env, text=True,
-                              capture_output=True, timeout=60)
-
-    def calls(self) -> list[dict[str, Any]]:
-        path = self.plan.with_name(self.plan.name + ".calls.jsonl")
-        return [json.loads(line) for line in path.read_text().splitlines()]
-
-    def db(self, sql: str) -> list[tuple[Any, ...]]:
-        with sqlite3.connect(self.root / ".pytest_ralph" / "ralph.db") as conn:
-            return conn.execute(sql).fetchall()
-
-    def report(self) -> str:
-        (path,) = (self.root / ".pytest_ralph" / "reports").glob("ralph-*.md")
-        return path.read_text()
-
-    def iteration_file(self, n: int, name: str) -> Path:
-        (path,) = (self.root / ".pytest_ralph" / "runs").glob(f"*/iteration-{n:03d}/{name}")
-        return path
-
-
-def git(cwd: Path, *args: str) -> None:
-    """Run git in ``cwd`` with a fixed identity (the test needs a repository)."""
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed")
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-                   cwd=cwd, check=True, capture_output=True)
-
-
-def story(sid: str, *criteria: dict[str, Any], priority: int = 1) -> dict[str, Any]:
-    return {"id": sid, "title": f"story {sid}", "acceptanceCriteria": list(criteria),
-            "priority": priority, "passes": False}
+def fake_project(tmp_path: Path, stories: list[dict[str, Any]]) -> Project:
+    """A project folder under ``tmp_path`` with a PRD of ``stories`` and an empty pytest.ini;
+    put a fake CLI on its PATH with :meth:`Project.cli`, script it with :meth:`Project.play`."""
+    env = clean_env(drop=("PYTEST_RALPH",), names={"PYTHONUNBUFFERED"}, bytecode=True)
+    project = Project(tmp_path / "project", env=env, flags=("-p", "no:cacheprovider"),
+                      timeout=240)
+    project.write_prd(*stories, project="fake")
+    project.write_ini()
+    return project
 
 
 def exists(path: str) -> dict[str, Any]:
@@ -134,7 +75,7 @@ def exists(path: str) -> dict[str, Any]:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Project:
-    p = Project(tmp_path, [story("US-001", exists("done.txt"))])
+    p = fake_project(tmp_path, [story("US-001", exists("done.txt"))])
     p.cli("claude")
     return p
 
@@ -143,7 +84,7 @@ def test_api_error_with_exit_0_is_an_api_error_and_three_end_the_run(project: Pr
     project.play(api_error_exit_0())
     result = project.ralph("--ralph-agent", "claude")
     assert result.returncode == 7, result.stdout + result.stderr
-    rows = project.db("SELECT n, outcome, exit_code, why FROM agent_runs ORDER BY n")
+    rows = project.rows("SELECT n, outcome, exit_code, why FROM agent_runs ORDER BY n")
     assert [r[:3] for r in rows] == [(n, "api-error", 0) for n in (1, 2, 3)]
     assert all("500" in r[3] for r in rows), rows
     assert "agent-error streak 3/3" in result.stdout
@@ -165,15 +106,15 @@ def test_a_rate_limit_pauses_until_the_stated_reset_without_spending_an_iteratio
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[ralph iteration 1/1: rate limited]" in result.stdout
     assert "until the stated reset at" in result.stdout
-    [(n, outcome, pause)] = project.db("SELECT n, outcome, pause FROM agent_attempts")
+    [(n, outcome, pause)] = project.rows("SELECT n, outcome, pause FROM agent_attempts")
     assert (n, outcome) == (1, "rate-limited") and 1.0 <= pause <= 3.5
     assert took >= 1.0
-    assert project.db("SELECT n, outcome FROM agent_runs") == [(1, "ok")]
+    assert project.rows("SELECT n, outcome FROM agent_runs") == [(1, "ok")]
     assert project.iteration_file(1, "agent.rate-limited-1.log").exists()
     report = project.report()
     assert "## Rate-limited agent runs" in report
     assert "- Rate limits: 1 agent run(s) rate-limited" in report
-    status = project.status()
+    status = project.pytest("--ralph-status")
     assert "  rate limited: 1 agent run(s)" in status.stdout, status.stdout
 
 
@@ -188,7 +129,7 @@ def test_a_rate_limit_with_no_reset_uses_the_backoff_capped_by_max_pause(
     assert result.returncode == 0, result.stdout + result.stderr
     assert ("no reset time stated: ralph_rate_limit_backoff 600 s, capped by ralph_max_pause "
             "1 s") in result.stdout
-    [(outcome, pause)] = project.db("SELECT outcome, pause FROM agent_attempts")
+    [(outcome, pause)] = project.rows("SELECT outcome, pause FROM agent_attempts")
     assert outcome == "rate-limited" and 1.0 <= pause < 1.5  # the pause as it really was
 
 
@@ -204,12 +145,12 @@ def test_a_rate_limit_beyond_the_budget_stops_at_once(project: Project) -> None:
 
 
 def test_a_crash_every_other_run_does_not_stop_the_loop(tmp_path: Path) -> None:
-    p = Project(tmp_path, [story("US-001", exists("a.txt"), exists("b.txt"))])
+    p = fake_project(tmp_path, [story("US-001", exists("a.txt"), exists("b.txt"))])
     p.cli("claude")
     p.play({"kill": True}, ok(write={"a.txt": "a"}), {"kill": True}, ok(write={"b.txt": "b"}))
     result = p.ralph("--ralph-agent", "claude", "--ralph-max-iterations", "6")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert p.db("SELECT n, outcome FROM agent_runs ORDER BY n") == [
+    assert p.rows("SELECT n, outcome FROM agent_runs ORDER BY n") == [
         (1, "crash"), (2, "ok"), (3, "crash"), (4, "ok")]
     assert "killed by signal 9" in result.stdout
     assert "| 1 | US-001 | exit -9 | crash |" in p.report()
@@ -221,7 +162,7 @@ def test_a_timed_out_run_still_gets_its_criteria_checked(project: Project) -> No
     result = project.ralph("--ralph-agent", "claude", "--ralph-agent-timeout", "2")
     assert time.monotonic() - start < 50
     assert result.returncode == 0, result.stdout + result.stderr
-    assert project.db("SELECT n, outcome FROM agent_runs") == [(1, "timeout")]
+    assert project.rows("SELECT n, outcome FROM agent_runs") == [(1, "timeout")]
     assert "timed out (process group killed)" in result.stdout
     assert "| 1 | US-001 | - | timeout |" in project.report()
 
@@ -243,7 +184,7 @@ def test_three_stories_where_story_2_never_passes(tmp_path: Path) -> None:
     """Must-show: stories 1 and 3 complete, story 2 is blocked, exit 6, and the report's
     escalation section names story 2 and its repeated failure; the escalation command gets
     the state dump on stdin."""
-    p = Project(tmp_path, [story("US-001", exists("one.txt"), priority=1),
+    p = fake_project(tmp_path, [story("US-001", exists("one.txt"), priority=1),
                            story("US-002", exists("never.txt"), priority=2),
                            story("US-003", exists("three.txt"), priority=3)])
     p.cli("claude")
@@ -260,7 +201,7 @@ def test_three_stories_where_story_2_never_passes(tmp_path: Path) -> None:
                      ini=f"ralph_escalate = {sys.executable} esc.py\n")
     out = result.stdout
     assert result.returncode == 6, out + result.stderr
-    assert p.db("SELECT n, story FROM iterations WHERE n > 0 ORDER BY n") == [
+    assert p.rows("SELECT n, story FROM iterations WHERE n > 0 ORDER BY n") == [
         (1, "US-001"), (2, "US-002"), (3, "US-002"), (4, "US-002"), (5, "US-003")]
     assert "  Blocked: US-002: the same failure" in out and "next: US-003" in out
     assert "every remaining story is blocked (US-002: the same failure" in out
@@ -288,20 +229,20 @@ def test_three_stories_where_story_2_never_passes(tmp_path: Path) -> None:
     assert events[0]["stories"][0]["id"] == "US-002"
     assert events[0]["stories"][0]["failing"][0]["criterion"] == "US-002::AC1"
     assert [t["iteration"] for t in events[0]["stories"][0]["tried"]] == [2, 3, 4]
-    status = p.status()
+    status = p.pytest("--ralph-status")
     assert "  blocked: US-002: the same failure" in status.stdout, status.stdout
     assert "  agent cost: $0.0500" in status.stdout
 
 
 def test_story_max_iterations_blocks_a_story_early(tmp_path: Path) -> None:
-    p = Project(tmp_path, [story("US-001", exists("a.txt"), priority=1),
+    p = fake_project(tmp_path, [story("US-001", exists("a.txt"), priority=1),
                            story("US-002", exists("b.txt"), priority=2)])
     p.cli("claude")
     p.play(ok())
     result = p.ralph("--ralph-agent", "claude", ini="ralph_story_max_iterations = 1\n")
     assert result.returncode == 6, result.stdout
     assert "worked on in 1 iteration (ralph_story_max_iterations 1)" in result.stdout
-    assert p.db("SELECT n, story FROM iterations WHERE n > 0 ORDER BY n") == [
+    assert p.rows("SELECT n, story FROM iterations WHERE n > 0 ORDER BY n") == [
         (1, "US-001"), (2, "US-002")]
 
 
@@ -310,7 +251,7 @@ def test_max_cost_stops_the_run_once_the_reported_cost_is_spent(project: Project
     result = project.ralph("--ralph-agent", "claude", "--ralph-max-cost", "1")
     assert result.returncode == 1, result.stdout
     assert "stopped at the cost limit: the agent runs cost $1.2000" in result.stdout
-    assert project.db("SELECT n, cost_usd, turns, input_tokens FROM agent_runs ORDER BY n") == [
+    assert project.rows("SELECT n, cost_usd, turns, input_tokens FROM agent_runs ORDER BY n") == [
         (1, 0.6, 2, 300), (2, 0.6, 2, 300)]
     assert "- Agent cost: $1.2000" in project.report()
 
@@ -323,11 +264,11 @@ def test_the_wall_clock_budget_cuts_the_agent_and_stops_the_run(project: Project
     assert result.returncode == 1, result.stdout
     assert "stopped at the wall-clock budget (15 s, --ralph-budget)" in result.stdout
     assert took < 100
-    assert project.db("SELECT outcome FROM agent_runs") == [("timeout",)]
+    assert project.rows("SELECT outcome FROM agent_runs") == [("timeout",)]
 
 
 def test_secrets_are_redacted_from_logs_prompts_progress_and_reports(tmp_path: Path) -> None:
-    p = Project(tmp_path, [story("US-001", {"text": "leak is fixed",
+    p = fake_project(tmp_path, [story("US-001", {"text": "leak is fixed",
                                             "run": "cat leak.txt; exit 1"})])
     p.cli("claude")
     p.env["MY_SERVICE_API_KEY"] = SECRET
@@ -350,13 +291,13 @@ def test_secrets_are_redacted_from_logs_prompts_progress_and_reports(tmp_path: P
 def test_a_cli_without_structured_output_is_judged_by_its_exit_code(tmp_path: Path) -> None:
     """aider has no structured output: a result-shaped line it prints (quoting a file, say)
     is not read; its exit code decides."""
-    p = Project(tmp_path, [story("US-001", exists("done.txt"))])
+    p = fake_project(tmp_path, [story("US-001", exists("done.txt"))])
     p.cli("aider")
     p.play({"stdout": [claude_result(is_error=True, status=500)], "exit": 0,
             "write": {"done.txt": "x"}})
     result = p.ralph("--ralph-agent", "aider")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert p.db("SELECT outcome FROM agent_runs") == [("ok",)]
+    assert p.rows("SELECT outcome FROM agent_runs") == [("ok",)]
     [call] = p.calls()
     assert call["argv"][1:4] == ["--yes-always", "--no-pretty", "--message-file"]
     assert call["prompt_file_bytes"] == call["stdin_bytes"] > 100
@@ -380,11 +321,11 @@ def test_a_large_agent_output_is_streamed_to_the_log(project: Project) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     log = project.iteration_file(1, "agent.log")
     assert log.stat().st_size >= 30 * 1024 * 1024
-    assert project.db("SELECT outcome FROM agent_runs") == [("ok",)]
+    assert project.rows("SELECT outcome FROM agent_runs") == [("ok",)]
 
 
 def test_the_budget_also_bounds_a_slow_check(tmp_path: Path) -> None:
-    p = Project(tmp_path, [story("US-001", {"text": "slow", "run": "sleep 60; exit 1"})])
+    p = fake_project(tmp_path, [story("US-001", {"text": "slow", "run": "sleep 60; exit 1"})])
     p.cli("claude")
     p.play(ok())
     start = time.monotonic()
@@ -404,13 +345,13 @@ def test_rate_limits_that_end_the_run_are_in_the_report_and_the_status(
     report = project.report()
     assert "The agent did not run properly 3 times in a row" in report
     assert "agent.rate-limited-3.log" in report and "### End of the last agent log" in report
-    status = project.status()
+    status = project.pytest("--ralph-status")
     assert "agent-error streak 3/3" in status.stdout, status.stdout
     assert "last agent run: iteration 1, rate-limited: " in status.stdout
 
 
 def test_max_cost_warns_when_the_agent_reports_no_cost(tmp_path: Path) -> None:
-    p = Project(tmp_path, [story("US-001", exists("done.txt"))])
+    p = fake_project(tmp_path, [story("US-001", exists("done.txt"))])
     p.cli("aider")
     p.play({}, {"write": {"done.txt": "x"}})
     result = p.ralph("--ralph-agent", "aider", "--ralph-max-cost", "1")
@@ -421,7 +362,7 @@ def test_max_cost_warns_when_the_agent_reports_no_cost(tmp_path: Path) -> None:
 
 def test_a_blocked_story_fixed_by_other_work_is_unblocked_and_worked_on_after_a_regression(
         tmp_path: Path) -> None:
-    p = Project(tmp_path, [story("US-1", exists("a.txt"), priority=1),
+    p = fake_project(tmp_path, [story("US-1", exists("a.txt"), priority=1),
                            story("US-2", exists("b.txt"), priority=2),
                            story("US-3", exists("c.txt"), priority=3)])
     p.cli("claude")
@@ -429,7 +370,7 @@ def test_a_blocked_story_fixed_by_other_work_is_unblocked_and_worked_on_after_a_
            {**ok(write={"c.txt": "c"}), "delete": ["a.txt"]}, ok(write={"a.txt": "a"}))
     result = p.ralph("--ralph-agent", "claude", ini="ralph_story_max_iterations = 1\n")
     assert result.returncode == 0, result.stdout
-    assert p.db("SELECT n, story FROM iterations WHERE n > 0 ORDER BY n") == [
+    assert p.rows("SELECT n, story FROM iterations WHERE n > 0 ORDER BY n") == [
         (1, "US-1"), (2, "US-2"), (3, "US-3"), (4, "US-1")]
     assert "  Blocked: US-1: worked on in 1 iteration" in result.stdout
     assert "  Unblocked: US-1: its criteria pass again" in result.stdout

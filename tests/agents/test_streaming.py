@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -27,8 +26,7 @@ from pytest_ralph.agents.run import (
 from pytest_ralph.util import process
 from pytest_ralph.util.process import CHUNK_BYTES, Finished, run_streaming
 from pytest_ralph.util.redact import Redactor
-
-PY = sys.executable
+from tests.support.env import PYTHON
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="POSIX process groups and signals")
 linux_only = pytest.mark.skipif(not Path("/proc/self/status").is_file(),
@@ -38,7 +36,7 @@ linux_only = pytest.mark.skipif(not Path("/proc/self/status").is_file(),
 def _script(tmp_path: Path, body: str, name: str = "child.py") -> list[str]:
     path = tmp_path / name
     path.write_text(body, encoding="utf-8")
-    return [PY, str(path)]
+    return [PYTHON, str(path)]
 
 
 class Collect:

@@ -25,15 +25,10 @@ from pytest_ralph.testing import (
     replay_command,
     write_replay,
 )
-from tests.conftest import story
+from tests.support.loop import run_json
+from tests.support.prd import story
 
 A_TXT = {"text": "a.txt exists", "run": "test -f a.txt"}
-
-
-def run_json(pytester: pytest.Pytester) -> dict[str, Any]:
-    (path,) = (pytester.path / ".pytest_ralph" / "runs").glob("*/run.json")
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
 
 
 def agent_log(pytester: pytest.Pytester, n: int) -> str:

@@ -23,7 +23,7 @@ from pytest_ralph.checks.phase import (
     run_check_phase,
 )
 from pytest_ralph.checks.results import CheckResults
-from tests.conftest import story
+from tests.support.prd import story
 
 Writer = Callable[..., Path]
 

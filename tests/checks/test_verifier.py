@@ -4,7 +4,6 @@ JSON verdict on stdout; malformed answers fail; precedence over claims, not over
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -15,7 +14,9 @@ from xml.etree import ElementTree
 import pytest
 
 from pytest_ralph.checks.verifier import git_state
-from tests.conftest import PY, story
+from tests.support.env import PY
+from tests.support.git import git, needs_git
+from tests.support.prd import story
 
 Writer = Callable[..., Path]
 
@@ -287,22 +288,17 @@ def test_a_story_without_criteria_is_judged_on_its_title(
     assert got["story"]["acceptanceCriteria"] == []  # as in the PRD
 
 
-@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+@needs_git
 def test_stdin_describes_the_git_state_inside_a_repository(
         pytester: pytest.Pytester, write_prd: Writer, verifier: Callable[..., None]) -> None:
     write_prd(story("US-1", "the page is good"))
     verifier(DUMP)
     (pytester.path / "tracked.txt").write_text("one\n")
 
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com",
-                               "-c", "commit.gpgsign=false", *args], cwd=pytester.path,
-                              check=True, capture_output=True, text=True).stdout
-
-    git("init", "-q")
-    git("add", "-A")
-    git("commit", "-q", "-m", "first")
-    head = git("rev-parse", "HEAD").strip()
+    git(pytester.path, "init", "-q")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "first")
+    head = git(pytester.path, "rev-parse", "HEAD").strip()
     (pytester.path / "tracked.txt").write_text("one\ntwo\n")
     (pytester.path / "new.txt").write_text("new\n")
     result = pytester.runpytest("-p", "no:cacheprovider")
@@ -321,7 +317,7 @@ def test_stdin_describes_the_git_state_inside_a_repository(
     assert len(cut["status"].encode()) <= 20 + len("[... cut: more than 20 bytes]\n")
 
 
-@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+@needs_git
 def test_a_repository_without_commits_has_a_status_but_no_head(tmp_path: Path) -> None:
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     (tmp_path / "a.txt").write_text("a\n")

@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import story
 from tests.support.claude_cli import installed_executable
+from tests.support.loop import report_text
 from tests.support.model_server import ApiError, ModelServer, Text, ToolUse
+from tests.support.prd import story
 
 # Skip only when claude_executable() would return None, and never under CI (the fixture
 # `claude_bin` then fails); the install itself (which fails loudly when npm fails) happens in
@@ -167,12 +168,6 @@ def agent_attempts(pytester: pytest.Pytester) -> list[tuple[int, str, str, float
     iteration (table ``agent_attempts``: rate limits), in order."""
     return [(int(n), str(o), str(w or ""), float(p)) for n, o, w, p in _db_rows(
         pytester, "SELECT n, outcome, why, pause FROM agent_attempts ORDER BY id")]
-
-
-def report_text(pytester: pytest.Pytester) -> str:
-    """The single Markdown report of the run."""
-    (report,) = (pytester.path / ".pytest_ralph" / "reports").glob("ralph-*.md")
-    return report.read_text(encoding="utf-8")
 
 
 def test_loop_completes_with_a_real_write(pytester: pytest.Pytester, loop: Callable[..., Any],

@@ -27,20 +27,20 @@ user record in stream-json), followed in the request body by a ``system`` messag
 from __future__ import annotations
 
 import json
-import os
-import sqlite3
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import story
+from tests.support.env import clean_env
 from tests.support.model_server import Block, ModelServer, Reply, Text, ToolUse
+from tests.support.prd import story
+from tests.support.project import Done, Project
 
 # No module-level skip: every test needs the session fixture `claude_bin` (through `project`),
 # which installs the pinned CLI when it is absent, makes a failed install an error, and skips
@@ -70,7 +70,7 @@ FEEDBACK = "Stop hook feedback:\n"
 class Session:
     """One finished ``claude -p`` run: the process and its stream-json records."""
 
-    proc: subprocess.CompletedProcess[str]
+    proc: Done
     lines: list[dict[str, Any]]
 
     @property
@@ -145,112 +145,55 @@ def last_feedback(body: dict[str, Any]) -> str:
 # -- the project -----------------------------------------------------------------------------
 
 
-class Project:
-    """An armed project folder; runs pytest, the hook and the CLI in it with one environment."""
+def write(project: Project, *, ini: str = "") -> None:
+    """The PRD (one story, :data:`CRITERION`) and pytest.ini (``ini``) of the project."""
+    project.write_prd(story("US-001", CRITERION), project="Demo", branchName="ralph/demo",
+                      description="demo")
+    project.write_ini(f"{ini}\n")
 
-    def __init__(self, path: Path, env: dict[str, str], claude: Path) -> None:
-        self.path = path
-        self.env = env
-        self.claude_bin = claude
-        self.run_id = ""
 
-    @property
-    def marker(self) -> Path:
-        return self.path / ".claude" / "pytest-ralph.local.json"
+def arm(project: Project) -> None:
+    """``pytest --ralph-init --ralph-driver claude``; remembers the armed run's id."""
+    proc = project.pytest("--ralph-init", "--ralph-driver", "claude")
+    assert proc.returncode == 0, f"--ralph-init failed:\n{proc.stdout}\n{proc.stderr}"
+    settings = json.loads(project.settings_file.read_text("utf-8"))
+    commands = [h["command"] for entry in settings["hooks"]["Stop"] for h in entry["hooks"]]
+    assert any(sys.executable in c and "pytest_ralph.hook" in c for c in commands), commands
+    marker = json.loads(project.marker.read_text(encoding="utf-8"))
+    assert marker["session"] == "", marker
+    project.run_id = str(marker["run"])
+    assert f"armed run {project.run_id}" in proc.stdout, proc.stdout
 
-    @property
-    def db(self) -> Path:
-        return self.path / ".pytest_ralph" / "ralph.db"
 
-    def write(self, *, ini: str = "") -> None:
-        prd = {"project": "Demo", "branchName": "ralph/demo", "description": "demo",
-               "userStories": [story("US-001", CRITERION)]}
-        (self.path / "prd.json").write_text(json.dumps(prd, indent=2) + "\n", encoding="utf-8")
-        (self.path / "pytest.ini").write_text(f"[pytest]\n{ini}\n", encoding="utf-8")
-
-    def pytest(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """``python -m pytest *args`` in the project, with the interpreter of this test run."""
-        return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=self.path,
-                              env=self.env, capture_output=True, text=True,
-                              timeout=PYTEST_TIMEOUT, stdin=subprocess.DEVNULL, check=False)
-
-    def arm(self) -> None:
-        """``pytest --ralph-init --ralph-driver claude``; remembers the armed run's id."""
-        proc = self.pytest("--ralph-init", "--ralph-driver", "claude")
-        assert proc.returncode == 0, f"--ralph-init failed:\n{proc.stdout}\n{proc.stderr}"
-        settings = json.loads((self.path / ".claude" / "settings.json").read_text("utf-8"))
-        commands = [h["command"] for entry in settings["hooks"]["Stop"] for h in entry["hooks"]]
-        assert any(sys.executable in c and "pytest_ralph.hook" in c for c in commands), commands
-        marker = json.loads(self.marker.read_text(encoding="utf-8"))
-        assert marker["session"] == "", marker
-        self.run_id = str(marker["run"])
-        assert f"armed run {self.run_id}" in proc.stdout, proc.stdout
-
-    def hook(self, payload: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-        """Run the hook command by hand with ``payload`` on stdin, as Claude Code would."""
-        return subprocess.run([sys.executable, "-m", "pytest_ralph.hook"],
-                              input=json.dumps(payload), cwd=self.path, env=self.env,
-                              capture_output=True, text=True, timeout=PYTEST_TIMEOUT,
-                              check=False)
-
-    def claude(self, prompt: str) -> Session:
+def claude(project: Project, prompt: str) -> Session:
+    """One ``claude -p`` session in the project: the pinned CLI, first on its PATH."""
+    exe = shutil.which("claude", path=project.env["PATH"])
+    assert exe, project.env["PATH"]
+    try:
+        proc = project.run([exe, *CLAUDE_ARGV], stdin=prompt, timeout=CLI_TIMEOUT)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"claude did not end within {CLI_TIMEOUT:.0f} s (a wedged session?)\n"
+                    f"--- stdout ---\n{_text(exc.stdout)[-6000:]}\n--- stderr ---\n"
+                    f"{_text(exc.stderr)[-3000:]}\n{project.hook_log()}", pytrace=False)
+    lines = []
+    for raw in proc.stdout.splitlines():
         try:
-            proc = subprocess.run([str(self.claude_bin), *CLAUDE_ARGV], input=prompt,
-                                  cwd=self.path, env=self.env, capture_output=True, text=True,
-                                  timeout=CLI_TIMEOUT, check=False)
-        except subprocess.TimeoutExpired as exc:
-            pytest.fail(f"claude did not end within {CLI_TIMEOUT:.0f} s (a wedged session?)\n"
-                        f"--- stdout ---\n{_text(exc.stdout)[-6000:]}\n--- stderr ---\n"
-                        f"{_text(exc.stderr)[-3000:]}\n{self.hook_log()}", pytrace=False)
-        lines = []
-        for raw in proc.stdout.splitlines():
-            try:
-                lines.append(json.loads(raw))
-            except ValueError:
-                lines.append({"type": "unparsed", "text": raw})
-        return Session(proc, lines)
+            lines.append(json.loads(raw))
+        except ValueError:
+            lines.append({"type": "unparsed", "text": raw})
+    return Session(proc, lines)
 
-    def hook_log(self) -> str:
-        path = self.path / ".pytest_ralph" / "runs" / self.run_id / "hook.log"
-        text = path.read_text(encoding="utf-8") if path.is_file() else "(none)"
-        return f"--- {path} ---\n{text}"
 
-    def explain(self, session: Session) -> str:
-        """What to look at when an assertion about ``session`` fails."""
-        stream = "\n".join(json.dumps(ln)[:700] for ln in session.lines
-                           if ln.get("subtype") != "init")
-        hooks = "\n".join(f"exit {h.get('exit_code')} ({h.get('outcome')}): stdout "
-                          f"{str(h.get('stdout'))[:500]!r} stderr {str(h.get('stderr'))[-1500:]!r}"
-                          for h in session.stop_hooks)
-        return (f"claude exited {session.proc.returncode}\n--- stderr ---\n"
-                f"{session.proc.stderr[-3000:]}\n--- Stop hook runs ---\n{hooks}\n"
-                f"--- stream-json (init left out) ---\n{stream[-8000:]}\n{self.hook_log()}")
-
-    # -- the run history, read only --------------------------------------------------------
-
-    def rows(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-        with closing(sqlite3.connect(f"file:{self.db}?mode=ro", uri=True)) as conn:
-            return [tuple(r) for r in conn.execute(sql, args).fetchall()]
-
-    def run_row(self) -> tuple[str, int | None, str]:
-        """``(status, exit_code, reason)`` of the armed run."""
-        (row,) = self.rows("SELECT status, exit_code, reason FROM runs WHERE id = ?",
-                           self.run_id)
-        return str(row[0]), row[1], str(row[2])
-
-    def driver_session(self) -> str:
-        (row,) = self.rows("SELECT session_id FROM drivers WHERE run_id = ?", self.run_id)
-        return str(row[0])
-
-    def iterations(self) -> list[tuple[int, str, int, int]]:
-        """``(n, story, passing, total)`` of each check of the run, in order."""
-        return [(int(n), str(s), int(p), int(t)) for n, s, p, t in self.rows(
-            "SELECT n, story, passing, total FROM iterations WHERE run_id = ? ORDER BY n",
-            self.run_id)]
-
-    def report(self) -> str:
-        (report,) = (self.path / ".pytest_ralph" / "reports").glob("ralph-*.md")
-        return report.read_text(encoding="utf-8")
+def explain(project: Project, session: Session) -> str:
+    """What to look at when an assertion about ``session`` fails."""
+    stream = "\n".join(json.dumps(ln)[:700] for ln in session.lines
+                       if ln.get("subtype") != "init")
+    hooks = "\n".join(f"exit {h.get('exit_code')} ({h.get('outcome')}): stdout "
+                      f"{str(h.get('stdout'))[:500]!r} stderr {str(h.get('stderr'))[-1500:]!r}"
+                      for h in session.stop_hooks)
+    return (f"claude exited {session.proc.returncode}\n--- stderr ---\n"
+            f"{session.proc.stderr[-3000:]}\n--- Stop hook runs ---\n{hooks}\n"
+            f"--- stream-json (init left out) ---\n{stream[-8000:]}\n{project.hook_log()}")
 
 
 def _text(output: str | bytes | None) -> str:
@@ -265,13 +208,9 @@ def project(tmp_path: Path, claude_bin: Path, claude_env: dict[str, str]) -> Pro
     environment without pytest's, pytest-ralph's or an outer Claude Code session's variables
     (``PYTEST_RALPH_CONTROLLER`` would silence the hook, ``CLAUDE_PROJECT_DIR`` point it
     elsewhere), plus the offline CLI environment (``HOME`` a temporary folder)."""
-    keep = {"PYTEST_RALPH_CACHE"}
-    env = {k: v for k, v in os.environ.items()
-           if k in keep or not k.startswith(("PYTEST_", "CLAUDE", "ANTHROPIC_"))}
-    env.update(claude_env)
-    root = tmp_path / "project"
-    root.mkdir()
-    return Project(root, env, claude_bin)
+    env = clean_env(drop=("PYTEST_", "CLAUDE", "ANTHROPIC_"), names=(),
+                    keep={"PYTEST_RALPH_CACHE"}, bytecode=True, **claude_env)
+    return Project(tmp_path / "project", env=env, timeout=PYTEST_TIMEOUT)
 
 
 # -- the tests -------------------------------------------------------------------------------
@@ -282,7 +221,7 @@ def test_blocks_until_the_model_makes_the_criterion_pass(project: Project,
     """Turn 1 (iteration 1) only looks around; its Stop blocks with the failing criterion and
     the prompt of iteration 2; the model reads that reason and writes done.txt (a real Write);
     the next Stop (iteration 2) passes and is allowed."""
-    target = project.path / "done.txt"
+    target = project.root / "done.txt"
 
     def act_on_feedback(body: dict[str, Any]) -> Sequence[Block]:
         told = last_feedback(body)
@@ -292,11 +231,11 @@ def test_blocks_until_the_model_makes_the_criterion_pass(project: Project,
                 ToolUse("Write", {"file_path": str(target), "content": "ok\n"})]
 
     model_server.add([Text("Hello, looking around.")], Reply(act_on_feedback), [Text("Done.")])
-    project.write()
-    project.arm()
+    write(project)
+    arm(project)
 
-    session = project.claude("Work on the PRD")
-    why = project.explain(session)
+    session = claude(project, "Work on the PRD")
+    why = explain(project, session)
 
     assert session.proc.returncode == 0, why
     assert model_server.reply_errors == [], why
@@ -308,7 +247,7 @@ def test_blocks_until_the_model_makes_the_criterion_pass(project: Project,
     assert result["session_id"] == session.session_id
     # Two Stop events: the first (iteration 1) blocked with the prompt of iteration 2, the
     # second (iteration 2) allowed.
-    prompt = (project.path / ".pytest_ralph" / "runs" / project.run_id / "iteration-002"
+    prompt = (project.root / ".pytest_ralph" / "runs" / project.run_id / "iteration-002"
               / "prompt.md").read_text(encoding="utf-8")
     assert [h.get("exit_code") for h in session.stop_hooks] == [0, 0], why
     first, second = session.hook_answers()
@@ -358,11 +297,11 @@ def test_iteration_limit_lets_the_session_end(project: Project,
     (iteration 1) blocks with the prompt of iteration 2/2 and the second (iteration 2) is
     allowed with the limit message: the session ends, the run is ``limit``."""
     model_server.add([Text("Hello, looking around.")], [Text("I will not change anything.")])
-    project.write(ini="ralph_max_iterations = 2")
-    project.arm()
+    write(project, ini="ralph_max_iterations = 2")
+    arm(project)
 
-    session = project.claude("Work on the PRD")
-    why = project.explain(session)
+    session = claude(project, "Work on the PRD")
+    why = explain(project, session)
 
     assert session.proc.returncode == 0, why
     assert (session.result["is_error"], session.result["result"]) == (
@@ -377,10 +316,10 @@ def test_iteration_limit_lets_the_session_end(project: Project,
     assert second["systemMessage"].startswith(
         f"pytest-ralph: run {project.run_id} limit after 2 iterations: stopped at the "
         "iteration limit (2) with 1 criterion still failing"), why
-    assert f"report {project.path / '.pytest_ralph' / 'reports'}" in second["systemMessage"]
+    assert f"report {project.root / '.pytest_ralph' / 'reports'}" in second["systemMessage"]
     assert session.stop_says == [f"Stop says: {first['systemMessage']}",
                                  f"Stop says: {second['systemMessage']}"], why
-    assert not (project.path / "done.txt").exists()
+    assert not (project.root / "done.txt").exists()
     status, code, reason = project.run_row()
     assert (status, code) == ("limit", 1), (status, code, reason, why)
     assert project.driver_session() == session.session_id, why
@@ -397,10 +336,10 @@ def test_another_session_is_never_blocked(project: Project,
     """Session "A" adopted the run (its Stop piped to the hook by hand); a real session B in
     the same project stops after its first turn, its hook run silent, and the run stays A's."""
     model_server.add([Text("Hello from session B.")])
-    project.write()
-    project.arm()
-    adopt = project.hook({"session_id": "A", "hook_event_name": "Stop", "cwd": str(project.path),
-                          "transcript_path": str(project.path / "no-transcript.jsonl"),
+    write(project)
+    arm(project)
+    adopt = project.hook({"session_id": "A", "hook_event_name": "Stop", "cwd": str(project.root),
+                          "transcript_path": str(project.root / "no-transcript.jsonl"),
                           "stop_hook_active": False, "last_assistant_message": "Looked around."})
     assert adopt.returncode == 0, adopt.stderr
     answer = json.loads(adopt.stdout)
@@ -408,8 +347,8 @@ def test_another_session_is_never_blocked(project: Project,
         "block", "ralph iteration 2/5: 1 criterion failing"), adopt.stdout
     assert json.loads(project.marker.read_text(encoding="utf-8"))["session"] == "A"
 
-    session = project.claude("Say hello")
-    why = project.explain(session)
+    session = claude(project, "Say hello")
+    why = explain(project, session)
 
     assert session.proc.returncode == 0, why
     assert session.session_id != "A"

@@ -17,19 +17,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_ralph.claude.arming import MARKER
 from pytest_ralph.claude.payload import TRUNCATION_MARKER
 from pytest_ralph.claude.settings_file import SAFE_PATH_FLAG
 from pytest_ralph.prd.load import load_prd
 from pytest_ralph.state.folder import DB_NAME
-from pytest_ralph.state.history import History
-from tests.conftest import story
+from tests.support.env import clean_env
+from tests.support.prd import story
+from tests.support.project import Project
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX shell, flock")
 
@@ -52,130 +51,6 @@ def done_criterion(name: str = "done.txt") -> dict[str, str]:
     return {"text": f"{name} says ok", "run": f"grep -q ok {name}"}
 
 
-def clean_env() -> dict[str, str]:
-    """The environment of every subprocess: nothing of an outer loop, hook or pytest run."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_RALPH_", "PYTEST_XDIST", "CLAUDE_"))
-           and k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
-
-
-@dataclass(frozen=True)
-class Done:
-    """A finished pytest subprocess."""
-
-    code: int
-    out: str
-    err: str
-
-    @property
-    def text(self) -> str:
-        return self.out + self.err
-
-
-@dataclass(frozen=True)
-class Stop:
-    """What the hook answered to one Stop payload."""
-
-    code: int
-    stdout: str
-    stderr: str
-
-    @property
-    def answer(self) -> dict[str, Any]:
-        return json.loads(self.stdout) if self.stdout.strip() else {}
-
-    @property
-    def blocked(self) -> bool:
-        return self.answer.get("decision") == "block"
-
-    @property
-    def reason(self) -> str:
-        return str(self.answer.get("reason", ""))
-
-    @property
-    def system(self) -> str:
-        return str(self.answer.get("systemMessage", ""))
-
-
-class Project:
-    """A project folder with a PRD and a pytest.ini, driven through real subprocesses."""
-
-    def __init__(self, root: Path, python: str = sys.executable) -> None:
-        self.root = root
-        self.python = python
-        self.env = clean_env()
-
-    # -- files -------------------------------------------------------------------------------
-
-    @property
-    def prd(self) -> Path:
-        return self.root / "prd.json"
-
-    @property
-    def state(self) -> Path:
-        return self.root / ".pytest_ralph"
-
-    @property
-    def marker(self) -> Path:
-        return self.root / MARKER
-
-    @property
-    def settings_file(self) -> Path:
-        return self.root / ".claude" / "settings.json"
-
-    def write_prd(self, *stories: dict[str, Any]) -> None:
-        data = {"project": "demo", "description": "demo", "userStories": list(stories)}
-        self.prd.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
-                            encoding="utf-8")
-
-    def edit_prd(self, edit: Callable[[dict[str, Any]], None]) -> None:
-        data = json.loads(self.prd.read_text(encoding="utf-8"))
-        edit(data)
-        self.prd.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
-                            encoding="utf-8")
-
-    def write(self, name: str, text: str = "ok\n") -> None:
-        (self.root / name).write_text(text, encoding="utf-8")
-
-    def armed(self) -> dict[str, Any]:
-        return dict(json.loads(self.marker.read_text(encoding="utf-8")))
-
-    # -- commands ----------------------------------------------------------------------------
-
-    def pytest(self, *args: str) -> Done:
-        proc = subprocess.run([self.python, "-m", "pytest", "-p", "no:randomly", "-p",
-                               "no:cacheprovider", *args], cwd=self.root, env=self.env,
-                              capture_output=True, text=True, timeout=180, check=False)
-        return Done(proc.returncode, proc.stdout, proc.stderr)
-
-    def arm(self, *args: str) -> str:
-        """Arm a run (expecting success); return its id."""
-        done = self.pytest("--ralph-init", "--ralph-driver", "claude", *args)
-        assert done.code == 0, done.text
-        return str(self.armed()["run"])
-
-    def stop(self, session: str = S1, *, cwd: Path | None = None, **extra: Any) -> Stop:
-        """One Stop of ``session`` in the project (or in its subfolder ``cwd``, where the hook
-        then runs too), through ``python -m pytest_ralph.hook``."""
-        where = cwd or self.root
-        payload = {"session_id": session, "cwd": str(where), "hook_event_name": "Stop",
-                   "stop_hook_active": False, **extra}
-        proc = subprocess.run([self.python, "-m", "pytest_ralph.hook"],
-                              input=json.dumps(payload), cwd=where, env=self.env,
-                              capture_output=True, text=True, timeout=300, check=False)
-        return Stop(proc.returncode, proc.stdout, proc.stderr)
-
-    def status(self) -> str:
-        done = self.pytest("--ralph-status")
-        assert done.code == 0, done.text
-        return done.out
-
-    def history(self) -> History:
-        return History.open(self.state / DB_NAME, readonly=True)
-
-
 @pytest.fixture
 def make_project(tmp_path: Path) -> Callable[..., Project]:
     """make_project(*stories, ini="", folder="proj", max_iterations=3) -> a project with
@@ -186,10 +61,11 @@ def make_project(tmp_path: Path) -> Callable[..., Project]:
              python: str = sys.executable, max_iterations: int = 3) -> Project:
         root = tmp_path / folder
         root.mkdir()
-        (root / "pytest.ini").write_text(
-            f"[pytest]\nralph_max_iterations = {max_iterations}\n{ini}", encoding="utf-8")
-        project = Project(root, python)
-        project.write_prd(*(stories or (story("US-001", done_criterion()),)))
+        project = Project(root, python=python, flags=("-p", "no:randomly", "-p",
+                                                      "no:cacheprovider"), session=S1)
+        project.write_ini(f"ralph_max_iterations = {max_iterations}\n{ini}")
+        project.write_prd(*(stories or (story("US-001", done_criterion()),)),
+                          description="demo")
         return project
 
     return make
@@ -245,8 +121,8 @@ def report_path(system: str) -> Path:
         "promise-with-closing-tag", "init-with-max-cost"])
 def test_arming_usage_errors(project: Project, args: tuple[str, ...], says: str) -> None:
     done = project.pytest(*args)
-    assert done.code == 4, done.text
-    assert says in done.err
+    assert done.returncode == 4, done.text
+    assert says in done.stderr
     assert not (project.root / ".claude").exists()
     assert not project.state.exists()
 
@@ -269,20 +145,20 @@ def test_arming_twice_keeps_one_run_and_the_users_settings(project: Project) -> 
                                      encoding="utf-8")
 
     first = project.pytest("--ralph-init", "--ralph-driver", "claude")
-    assert first.code == 0, first.text
+    assert first.returncode == 0, first.text
     run_id = project.armed()["run"]
-    assert f"armed run {run_id} on {project.prd}" in first.out
-    assert "(baseline: 0/1 criteria passing; max iterations 3, breaker 3)" in first.out
+    assert f"armed run {run_id} on {project.prd}" in first.stdout
+    assert "(baseline: 0/1 criteria passing; max iterations 3, breaker 3)" in first.stdout
     assert project.armed() == {"version": 1, "run": run_id, "state_dir": str(project.state),
                                "rootdir": str(project.root), "session": ""}
     after_first = project.settings_file.read_bytes()
 
     second = project.pytest("--ralph-init", "--ralph-driver", "claude")
-    assert second.code == 0, second.text
-    assert f"run {run_id} of {project.prd} is already armed" in second.out
-    assert "armed run" not in second.out and "restored" not in second.out
-    assert "waiting for the first Stop of a Claude Code session" in second.out
-    assert "`pytest --ralph-cancel` disarms it" in second.out
+    assert second.returncode == 0, second.text
+    assert f"run {run_id} of {project.prd} is already armed" in second.stdout
+    assert "armed run" not in second.stdout and "restored" not in second.stdout
+    assert "waiting for the first Stop of a Claude Code session" in second.stdout
+    assert "`pytest --ralph-cancel` disarms it" in second.stdout
     assert project.settings_file.read_bytes() == after_first  # nothing to change
     assert project.armed()["run"] == run_id
 
@@ -369,18 +245,18 @@ def test_arming_without_a_prd_scaffolds_one_first(project: Project) -> None:
     done = project.pytest("--ralph-init", "--ralph-driver", "claude")
     # --ralph-init writes an example PRD (pytest_ralph.commands.init), then arms a run of it
     assert project.prd.is_file(), done.text
-    assert "prd.json" in done.out
+    assert "prd.json" in done.stdout
     assert [s.id for s in load_prd(project.prd).stories] == ["US-001"]
-    assert done.code in (0, 5), done.text
+    assert done.returncode in (0, 5), done.text
 
 
 def test_arming_with_an_invalid_prd_exits_4_naming_it(project: Project) -> None:
     project.prd.write_text('{"project": "x", "userStories": [{"id": "US-001"}]}\n',
                            encoding="utf-8")
     done = project.pytest("--ralph-init", "--ralph-driver", "claude")
-    assert done.code == 4, done.text
-    assert f"invalid PRD {project.prd}" in done.err
-    assert "missing required key 'title'" in done.err
+    assert done.returncode == 4, done.text
+    assert f"invalid PRD {project.prd}" in done.stderr
+    assert "missing required key 'title'" in done.stderr
     assert not project.marker.exists()
     if (project.state / DB_NAME).exists():
         with project.history() as h:
@@ -390,21 +266,21 @@ def test_arming_with_an_invalid_prd_exits_4_naming_it(project: Project) -> None:
 def test_arming_when_every_criterion_passes_arms_nothing(project: Project) -> None:
     project.write("done.txt")
     done = project.pytest("--ralph-init", "--ralph-driver", "claude")
-    assert done.code == 0, done.text
-    assert "[ralph baseline]" in done.out
+    assert done.returncode == 0, done.text
+    assert "[ralph baseline]" in done.stdout
     assert ("pytest-ralph: nothing armed: every criterion passed at the baseline check (1/1)"
-            in done.out)
-    assert "armed run" not in done.out
+            in done.stdout)
+    assert "armed run" not in done.stdout
     assert not project.marker.exists()
-    report = re.search(r"nothing armed: .*; report (\S+\.md)$", done.out, re.MULTILINE)
-    assert report and Path(report.group(1)).is_file(), done.out
+    report = re.search(r"nothing armed: .*; report (\S+\.md)$", done.stdout, re.MULTILINE)
+    assert report and Path(report.group(1)).is_file(), done.stdout
     with project.history() as h:
         [run] = h.runs()
         assert (run.status, run.exit_code) == ("complete", 0)
         assert [(it.n, it.passing, it.total) for it in h.iterations(run.id)] == [(0, 1, 1)]
         assert h.driven_runs() == []
     quiet = project.stop()  # no run waits for a session: every stop goes ahead
-    assert (quiet.code, quiet.stdout, quiet.stderr) == (0, "", "")
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
     assert "status: complete (a Claude Code run" in project.status()
     (project.root / "done.txt").unlink()
     assert project.arm() != run.id  # once a criterion fails again, a run is armed
@@ -425,10 +301,10 @@ def test_arming_again_restores_a_missing_or_damaged_arming_file(project: Project
     assert (f"its arming file {project.marker} is missing or damaged, so the hook does not see "
             "the run") in project.status()
     again = project.pytest("--ralph-init", "--ralph-driver", "claude")
-    assert again.code == 0, again.text
+    assert again.returncode == 0, again.text
     assert (f"run {run_id} of {project.prd} is already armed (adopted by Claude Code session "
             f"{S1}); its arming file {project.marker} was missing or damaged and is restored; "
-            "nothing else to do") in again.out
+            "nothing else to do") in again.stdout
     assert project.armed() == {"version": 1, "run": run_id, "state_dir": str(project.state),
                                "rootdir": str(project.root), "session": S1}
     with project.history() as h:
@@ -449,33 +325,34 @@ def test_ralph_refuses_while_armed_and_cancel_disarms(project: Project) -> None:
     run_id = project.arm()
 
     done = project.pytest("--ralph", "--ralph-agent", agent_cmd)
-    assert done.code == 4, done.text
+    assert done.returncode == 4, done.text
     assert (f"run {run_id} of {project.prd} is armed for the Claude Code Stop hook (waiting for "
-            "a Claude Code session to adopt it)") in done.err
-    assert "disarm it with `pytest --ralph-cancel` first" in done.err
+            "a Claude Code session to adopt it)") in done.stderr
+    assert "disarm it with `pytest --ralph-cancel` first" in done.stderr
     assert not (project.root / "done.txt").exists()
 
     assert project.stop().blocked
     done = project.pytest("--ralph", "--ralph-agent", agent_cmd)
-    assert done.code == 4, done.text
-    assert f"armed for the Claude Code Stop hook (adopted by Claude Code session {S1})" in done.err
+    assert done.returncode == 4, done.text
+    assert (f"armed for the Claude Code Stop hook (adopted by Claude Code session {S1})"
+            in done.stderr)
 
     done = project.pytest("--ralph-cancel")
-    assert done.code == 0, done.text
-    assert f"run {run_id} is disarmed (Claude Code session {S1})" in done.out
+    assert done.returncode == 0, done.text
+    assert f"run {run_id} is disarmed (Claude Code session {S1})" in done.stdout
     assert not project.marker.exists()
     assert project.settings_file.exists()  # the hook stays; it has nothing to do
 
     quiet = project.stop()
-    assert (quiet.code, quiet.stdout, quiet.stderr) == (0, "", "")
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
 
     status = project.status()
     assert "status: cancelled (a Claude Code run" in status
     assert f"disarmed by --ralph-cancel (Claude Code session {S1})" in status
 
     done = project.pytest("--ralph", "--ralph-agent", agent_cmd)
-    assert done.code == 0, done.text
-    assert "complete (exit 0) after 1 iteration" in done.out
+    assert done.returncode == 0, done.text
+    assert "complete (exit 0) after 1 iteration" in done.stdout
     with project.history() as h:
         new = h.last_run()
         assert new is not None and new.id != run_id
@@ -486,7 +363,7 @@ def test_ralph_refuses_while_armed_and_cancel_disarms(project: Project) -> None:
         # the baseline and the one Stop; nothing added to the old run
         assert [it.n for it in h.iterations(run_id)] == [0, 1]
     done = project.pytest("--ralph-cancel")
-    assert "nothing to cancel" in done.out
+    assert "nothing to cancel" in done.stdout
 
 
 # -- 3. the loop through the hook ------------------------------------------------------------
@@ -503,7 +380,7 @@ def test_a_driven_run_from_baseline_to_complete(make_project: Callable[..., Proj
     # The session's first turn (the user's own prompt) is iteration 1.
     project.write("a.txt")
     first = project.stop()
-    assert first.code == 0 and first.blocked, first.stderr
+    assert first.returncode == 0 and first.blocked, first.stderr
     assert first.system == "ralph iteration 2/3: 1 criterion failing"
     assert first.reason.startswith("# Ralph loop: iteration 2 of 3")
     assert "[pass] AC1: a.txt says ok" in first.reason
@@ -520,13 +397,13 @@ def test_a_driven_run_from_baseline_to_complete(make_project: Callable[..., Proj
 
     # Another session in the same project is never blocked, and does not count.
     other = project.stop("S2")
-    assert (other.code, other.stdout, other.stderr) == (0, "", "")
+    assert (other.returncode, other.stdout, other.stderr) == (0, "", "")
 
     project.write("b.txt")
     sub = project.root / "src" / "pkg"  # the session moved into a subfolder
     sub.mkdir(parents=True)
     last = project.stop(cwd=sub, stop_hook_active=True)
-    assert last.code == 0 and not last.blocked, last.stderr
+    assert last.returncode == 0 and not last.blocked, last.stderr
     assert last.system.startswith(f"pytest-ralph: run {run_id} complete after 2 iterations: "
                                   "every criterion passes (2/2); report ")
     assert report_path(last.system).is_file()
@@ -575,7 +452,7 @@ def test_the_breaker_allows_the_stop(make_project: Callable[..., Project]) -> No
     run_id = project.arm()
     assert project.stop().system == "ralph iteration 2/10: 1 criterion failing"
     last = project.stop()
-    assert last.code == 0 and not last.blocked, last.stderr
+    assert last.returncode == 0 and not last.blocked, last.stderr
     assert last.system.startswith(f"pytest-ralph: run {run_id} breaker after 2 iterations: "
                                   "circuit breaker: the same failure")
     assert "in 2 iterations in a row (iterations 1-2)" in last.system
@@ -590,7 +467,7 @@ def test_the_iteration_limit_allows_the_stop(make_project: Callable[..., Project
     project = make_project(max_iterations=1)
     run_id = project.arm()
     last = project.stop()  # the session's first turn is iteration 1: the limit
-    assert last.code == 0 and not last.blocked, last.stderr
+    assert last.returncode == 0 and not last.blocked, last.stderr
     assert last.system.startswith(f"pytest-ralph: run {run_id} limit after 1 iteration: "
                                   "stopped at the iteration limit (1) with 1 criterion still "
                                   "failing; report ")
@@ -607,7 +484,7 @@ def test_the_budget_allows_the_stop(project: Project) -> None:
         run = h.run(run_id)
         assert run is not None and run.settings["budget"] == 0.001
     last = project.stop()  # the budget counts from arming: spent by the first check
-    assert last.code == 0 and not last.blocked, last.stderr
+    assert last.returncode == 0 and not last.blocked, last.stderr
     assert (f"pytest-ralph: run {run_id} limit after 1 iteration: stopped at the wall-clock "
             "budget (0.001 s, --ralph-budget) with 1 criterion still failing") in last.system
     assert not project.marker.exists()
@@ -745,7 +622,7 @@ def test_a_stop_while_another_loop_holds_the_folder_is_allowed(
     run_id = project.arm()
     holder = lock_holder()
     busy = project.stop()
-    assert (busy.code, busy.stdout) == (0, ""), busy.stderr
+    assert (busy.returncode, busy.stdout) == (0, ""), busy.stderr
     assert (f"another `pytest --ralph` loop is running with the state folder {project.state} "
             f"(pid {holder.pid}") in busy.stderr
     assert "the stop is allowed" in busy.stderr
@@ -755,10 +632,10 @@ def test_a_stop_while_another_loop_holds_the_folder_is_allowed(
     # Re-arming reads the history without the lock first: the run is already armed.
     project.marker.unlink()
     rearm = project.pytest("--ralph-init", "--ralph-driver", "claude")
-    assert rearm.code == 0, rearm.text
+    assert rearm.returncode == 0, rearm.text
     assert (f"run {run_id} of {project.prd} is already armed (waiting for the first Stop of a "
-            "Claude Code session); its arming file") in rearm.out
-    assert "is restored" in rearm.out
+            "Claude Code session); its arming file") in rearm.stdout
+    assert "is restored" in rearm.stdout
     assert project.armed()["run"] == run_id
     with project.history() as h:
         assert [r.id for r in h.runs()] == [run_id]
@@ -782,7 +659,7 @@ def test_a_prd_that_no_longer_loads_is_checked_with_its_last_good_copy(
     assert criteria_of(copy) == criteria_of(project.prd)
     project.prd.write_text('{"project": "demo", "userStories": [', encoding="utf-8")
     broken = project.stop()  # iteration 2: counted, and blocked
-    assert broken.code == 0 and broken.blocked, broken.stderr
+    assert broken.returncode == 0 and broken.blocked, broken.stderr
     assert broken.system == "ralph iteration 3/5: 1 criterion failing"
     assert "the checks could not run" in broken.reason
     assert f"invalid PRD {project.prd}" in broken.reason
@@ -805,7 +682,7 @@ def test_a_prd_that_no_longer_loads_is_checked_with_its_last_good_copy(
     copy.unlink()
     project.prd.write_text('{"project": "demo", "userStories": [', encoding="utf-8")
     lost = project.stop()
-    assert lost.code == 0 and not lost.blocked, lost.stderr
+    assert lost.returncode == 0 and not lost.blocked, lost.stderr
     assert lost.system.startswith(f"pytest-ralph: the PRD of run {run_id} does not load, "
                                   "so the criteria cannot be checked: ")
     assert str(project.prd) in lost.system
@@ -838,8 +715,8 @@ def test_a_run_cancelled_while_a_stop_is_checked_is_not_blocked(
                 assert time.monotonic() < deadline, "the Stop's check never started"
                 time.sleep(0.05)
             cancel = project.pytest("--ralph-cancel")
-            assert cancel.code == 0, cancel.text
-            assert f"run {run_id} is disarmed (Claude Code session {S1})" in cancel.out
+            assert cancel.returncode == 0, cancel.text
+            assert f"run {run_id} is disarmed (Claude Code session {S1})" in cancel.stdout
             stdout, stderr = hook.communicate(timeout=120)
         finally:
             if hook.poll() is None:
@@ -859,8 +736,9 @@ def test_arming_with_another_state_folder_never_takes_the_hook_away(project: Pro
     run = project.arm()
     assert project.stop().blocked
     done = project.pytest("-o", "ralph_dir=.other", "--ralph-init", "--ralph-driver", "claude")
-    assert done.code == 4, done.text
-    assert f"names run {run} of the state folder {project.state}, which has not ended" in done.err
+    assert done.returncode == 4, done.text
+    assert (f"names run {run} of the state folder {project.state}, which has not ended"
+            in done.stderr)
     assert project.armed()["run"] == run and project.armed()["session"] == S1
     assert not (project.root / ".other" / "ralph.db").exists()
 
@@ -915,9 +793,9 @@ def test_the_report_of_a_promised_run_says_so_and_the_outer_loop_ignores_it(
     outer = project.pytest("--ralph", "--ralph-agent",
                            f"{shlex.quote(sys.executable)} {shlex.quote(str(agent))}",
                            "--ralph-promise", "ALL DONE")
-    assert outer.code == 0, outer.text
+    assert outer.returncode == 0, outer.text
     assert ("warning: promise (from --ralph-promise) is ignored: `pytest --ralph` completes on "
-            "the checks alone") in outer.out
-    match = re.search(r"pytest-ralph: report (\S+\.md)", outer.out)
-    assert match, outer.out
+            "the checks alone") in outer.stdout
+    match = re.search(r"pytest-ralph: report (\S+\.md)", outer.stdout)
+    assert match, outer.stdout
     assert "Completion promise" not in Path(match.group(1)).read_text(encoding="utf-8")

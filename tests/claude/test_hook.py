@@ -26,16 +26,17 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_ralph.claude.settings_file import SAFE_PATH_FLAG
+from tests.support.env import PYTHON, clean_env
+from tests.support.prd import story
 from tests.support.privileges import unprivileged as as_unprivileged
+from tests.support.project import Done, Project, run
 
-PY = sys.executable
 SID = "3c9d2b7e-5a41-4f0e-9b6d-7e21f0a4c815"
 OTHER_SID = "a07e4f13-2d9c-4b8a-8e55-0c6b9f3d2e71"
 PROMISE = "ALL DONE"
@@ -49,73 +50,16 @@ TIMEOUT = 120
 def _env(**extra: str) -> dict[str, str]:
     """The environment of a child: ours without anything that would steer pytest, a Ralph
     loop or Claude Code (this suite may itself run inside a Claude Code session or a loop)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_", "CLAUDE", "RALPH_"))}
-    env.update(extra)
-    return env
+    return clean_env(drop=("PYTEST_", "CLAUDE", "RALPH_"), names=(), bytecode=True, **extra)
 
 
-def _story(description: str, *criteria: dict[str, str]) -> dict[str, Any]:
-    return {"id": "US-001", "title": "Make done", "description": description,
-            "acceptanceCriteria": list(criteria) or [{"text": "done.txt holds ok",
-                                                      "run": "grep -q ok done.txt"}],
-            "priority": 1, "passes": False, "notes": ""}
-
-
-@dataclass(frozen=True)
-class Hook:
-    """What one run of the hook gave."""
-
-    rc: int
-    out: str
-    err: str
-
-    def check(self) -> None:
-        """What every answer must be: exit 0, UTF-8, at most one line on stdout, no
-        traceback anywhere."""
-        assert self.rc == 0, self
-        assert "Traceback" not in self.out and "Traceback" not in self.err, self
-        assert self.out.count("\n") <= 1, self
-
-    def block(self) -> dict[str, str]:
-        """The block answer, checked to be exactly one JSON object line with the three keys
-        Claude Code reads (never ``message`` instead of ``reason``) and a bounded reason."""
-        self.check()
-        assert self.out.endswith("\n") and self.out.count("\n") == 1, self
-        answer: dict[str, str] = json.loads(self.out)
-        assert set(answer) == {"decision", "reason", "systemMessage"}, answer
-        assert answer["decision"] == "block"
-        reason = answer["reason"]
-        assert isinstance(reason, str) and reason.strip()
-        assert len(reason.encode("utf-16-le")) // 2 < 10000
-        assert isinstance(answer["systemMessage"], str)
-        return answer
-
-    def allow(self) -> str | None:
-        """The stop goes ahead: ``None`` for an empty stdout, else the ``systemMessage`` of
-        the one JSON object printed."""
-        self.check()
-        if not self.out:
-            return None
-        answer = json.loads(self.out)
-        assert set(answer) == {"systemMessage"}, answer
-        assert isinstance(answer["systemMessage"], str)
-        return str(answer["systemMessage"])
-
-    def quiet(self) -> None:
-        """Nothing at all: the stop goes ahead and nothing is said."""
-        self.check()
-        assert (self.out, self.err) == ("", ""), self
-
-
-def run_hook(stdin: bytes, *, cwd: Path, python: str = PY, unprivileged: bool = False,
-             **env: str) -> Hook:
+def run_hook(stdin: bytes, *, cwd: Path, python: str = PYTHON, unprivileged: bool = False,
+             **env: str) -> Done:
     """Run ``python -m pytest_ralph.hook`` once with ``stdin`` as the payload (without root's
     power over file permissions when ``unprivileged``, see tests/support/privileges.py)."""
     cmd = [python, "-m", "pytest_ralph.hook"]
-    proc = subprocess.run(as_unprivileged(cmd) if unprivileged else cmd, input=stdin, cwd=cwd,
-                          env=_env(**env), capture_output=True, timeout=TIMEOUT, check=False)
-    return Hook(proc.returncode, proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8"))
+    return run(as_unprivileged(cmd) if unprivileged else cmd, cwd=cwd, env=_env(**env),
+               timeout=TIMEOUT, stdin=stdin)
 
 
 def payload(session: str | None = SID, cwd: Path | str | None = None, **fields: Any) -> bytes:
@@ -128,53 +72,34 @@ def payload(session: str | None = SID, cwd: Path | str | None = None, **fields: 
     return json.dumps({k: v for k, v in obj.items() if v is not None}).encode("utf-8")
 
 
-class Project:
-    """A project folder with a PRD and a pytest.ini; :meth:`arm` arms a loop in it."""
+def project_in(root: Path, *, description: str = "Create done.txt holding ok.",
+               criteria: tuple[dict[str, str], ...] = (), ini: str = "") -> Project:
+    """A project folder with a PRD (story US-001, by default the criterion that done.txt
+    holds ok) and a pytest.ini (``ini``); its Stops are of session :data:`SID`, with the
+    2025 payload (:func:`payload`)."""
+    project = Project(root, env=_env(), flags=("-p", "no:randomly"), timeout=TIMEOUT,
+                      session=SID, payload=payload)
+    done = {"text": "done.txt holds ok", "run": "grep -q ok done.txt"}
+    project.write_prd(story("US-001", *(criteria or (done,)), title="Make done",
+                            description=description))
+    project.write_ini(ini)
+    return project
 
-    def __init__(self, root: Path, *, description: str = "Create done.txt holding ok.",
-                 criteria: tuple[dict[str, str], ...] = (), ini: str = "") -> None:
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        prd = {"project": "demo", "userStories": [_story(description, *criteria)]}
-        (root / "prd.json").write_text(json.dumps(prd, indent=1), encoding="utf-8")
-        (root / "pytest.ini").write_text(f"[pytest]\n{ini}", encoding="utf-8")
 
-    @property
-    def marker(self) -> Path:
-        return self.root / ".claude" / "pytest-ralph.local.json"
-
-    def session(self) -> str:
-        """The session named by the arming file."""
-        return str(json.loads(self.marker.read_text(encoding="utf-8"))["session"])
-
-    def pytest(self, *args: str, python: str = PY) -> subprocess.CompletedProcess[str]:
-        """``python -m pytest *args`` in the project."""
-        return subprocess.run([python, "-m", "pytest", "-p", "no:randomly", *args],
-                              cwd=self.root, env=_env(), capture_output=True, text=True,
-                              timeout=TIMEOUT, check=False)
-
-    def arm(self, *args: str, python: str = PY) -> Project:
-        """Arm a run; its baseline must have a failing criterion (else nothing is armed)."""
-        proc = self.pytest("--ralph-init", "--ralph-driver", "claude", *args, python=python)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert "armed run " in proc.stdout and "criteria passing;" in proc.stdout, proc.stdout
-        assert self.session() == ""
-        return self
-
-    def stop(self, session: str | None = SID, **fields: Any) -> Hook:
-        """A Stop of ``session`` in this project (payload ``cwd`` = the project)."""
-        return run_hook(payload(session, self.root, **fields), cwd=self.root)
-
-    def done(self) -> None:
-        """Make the criterion pass."""
-        (self.root / "done.txt").write_text("ok\n", encoding="utf-8")
+def arm(project: Project, *args: str, python: str = PYTHON) -> Project:
+    """Arm a run; its baseline must have a failing criterion (else nothing is armed)."""
+    proc = project.pytest("--ralph-init", "--ralph-driver", "claude", *args, python=python)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "armed run " in proc.stdout and "criteria passing;" in proc.stdout, proc.stdout
+    assert project.session() == ""
+    return project
 
 
 def armed(tmp_path: Path, *args: str, ini: str = "ralph_max_iterations = 6\n",
           **kw: Any) -> Project:
     """A project under ``tmp_path`` armed with ``args``; its one criterion fails (at the
     baseline, and at each Stop until :meth:`Project.done`)."""
-    return Project(tmp_path / "proj", ini=ini, **kw).arm(*args)
+    return arm(project_in(tmp_path / "proj", ini=ini, **kw), *args)
 
 
 def report_of(message: str) -> Path:
@@ -275,7 +200,7 @@ UNPARSABLE = ("cp1252-bytes", "merge-conflict-log")
 
 @pytest.mark.parametrize("name", SHAPES)
 def test_shape_without_armed_loop_is_silent(tmp_path: Path, name: str) -> None:
-    project = Project(tmp_path / "proj")  # a PRD, but no loop armed
+    project = project_in(tmp_path / "proj")  # a PRD, but no loop armed
     data, env = shape(name, project.root)
     hook = run_hook(data, cwd=project.root, **env)
     assert hook.allow() is None
@@ -296,7 +221,7 @@ def test_shape_with_armed_loop(tmp_path: Path, name: str) -> None:
     hook = run_hook(data, cwd=project.root if name in UNPARSABLE else tmp_path, **env)
     if name == "merge-conflict-log":  # not JSON: no session, so nothing is adopted
         assert hook.allow() is None
-        assert "JSON" in hook.err and "stop is allowed" in hook.err
+        assert "JSON" in hook.stderr and "stop is allowed" in hook.stderr
         assert project.session() == ""
         return
     # The first Stop is iteration 1: the criterion still fails, so the prompt of iteration 2.
@@ -305,7 +230,7 @@ def test_shape_with_armed_loop(tmp_path: Path, name: str) -> None:
     assert "grep -q ok done.txt" in answer["reason"]
     assert project.session() == SID
     if name == "cp1252-bytes":
-        assert "UTF-8" in hook.err
+        assert "UTF-8" in hook.stderr
 
 
 def test_cp1252_payload_of_the_owning_session_is_checked(tmp_path: Path) -> None:
@@ -322,7 +247,7 @@ def test_cp1252_payload_of_the_owning_session_is_checked(tmp_path: Path) -> None
 
 
 def test_never_armed_then_armed_blocks_and_completes(tmp_path: Path) -> None:
-    project = Project(tmp_path / "proj", ini="ralph_max_iterations = 4\n")
+    project = project_in(tmp_path / "proj", ini="ralph_max_iterations = 4\n")
     project.stop().quiet()  # nothing armed: every stop goes ahead
     proc = project.pytest("--ralph-init", "--ralph-driver", "claude")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -351,7 +276,7 @@ def test_never_armed_then_armed_blocks_and_completes(tmp_path: Path) -> None:
     assert "was missing or damaged and is restored" in rearm()
 
     assert project.stop().block()["systemMessage"] == "ralph iteration 3/4: 1 criterion failing"
-    project.done()
+    project.write("done.txt")
     message = project.stop().allow()
     assert message is not None and " complete after 3 iterations" in message
     report = report_of(message)
@@ -366,8 +291,8 @@ def test_never_armed_then_armed_blocks_and_completes(tmp_path: Path) -> None:
 
 
 def test_criteria_passing_at_arming_arm_nothing(tmp_path: Path) -> None:
-    project = Project(tmp_path / "proj")
-    project.done()
+    project = project_in(tmp_path / "proj")
+    project.write("done.txt")
     proc = project.pytest("--ralph-init", "--ralph-driver", "claude")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "nothing armed: every criterion passed at the baseline check (1/1)" in proc.stdout
@@ -385,7 +310,7 @@ def test_promise_faked_or_missed_by_text(tmp_path: Path) -> None:
     first = project.stop(last_assistant_message=f"Done!\n{TAG}\n").block()
     assert first["systemMessage"] == "ralph iteration 2/9: 1 criterion failing"
     assert f"\n\n{TAG}\n\n" in first["reason"]  # the instructions hold the tag line
-    project.done()
+    project.write("done.txt")
 
     # Criteria pass; the final message equals the promise, without the tag: ask for it.
     ask = project.stop(last_assistant_message=PROMISE).block()
@@ -444,7 +369,7 @@ def test_criteria_faked_at_the_first_stop_fail(tmp_path: Path) -> None:
     # from the PRD fails as missing, so the run cannot end by deleting what fails.
     other = armed(tmp_path / "edits", "--ralph-allow-criteria-edits", criteria=TWO_CRITERIA)
     _edit_criteria(other, AC2="")
-    other.done()
+    other.write("done.txt")
     answer = other.stop().block()
     assert answer["systemMessage"] == "ralph iteration 2/6: 1 criterion failing"
     assert "[US-001::AC2] b.txt exists\n  check: missing" in answer["reason"]
@@ -453,7 +378,7 @@ def test_criteria_faked_at_the_first_stop_fail(tmp_path: Path) -> None:
 
 def test_final_message_from_a_lagging_transcript(tmp_path: Path) -> None:
     project = armed(tmp_path, "--ralph-promise", PROMISE, ini="ralph_max_iterations = 9\n")
-    project.done()  # the criterion failed at arming; it passes from the first Stop on
+    project.write("done.txt")  # the criterion failed at arming; it passes from the first Stop on
     logs = tmp_path / "transcripts"
 
     # "No text in the last line" is not "done": the last text is read, and it holds no
@@ -471,7 +396,7 @@ def test_final_message_from_a_lagging_transcript(tmp_path: Path) -> None:
     hook = project.stop(transcript_path=str(logs / "missing" / f"{SID}.jsonl"))
     message = hook.allow()
     assert message is not None and "cannot be read" in message and "stays armed" in message
-    assert "missing or unreadable" in hook.err and "the stop is allowed" in hook.err
+    assert "missing or unreadable" in hook.stderr and "the stop is allowed" in hook.stderr
     assert project.marker.is_file() and project.session() == SID
 
     # Read from the end, skipping non-text records and a partial last line: the promise.
@@ -493,12 +418,12 @@ MULTILINE_PROMISE = "I\n  will achieve 95%+ build success (129+/136 files)"
 
 
 def test_prd_text_reaches_the_reason_verbatim(tmp_path: Path) -> None:
-    project = Project(tmp_path / "proj", description=TRICKY, ini="ralph_max_iterations = 5\n",
+    project = project_in(tmp_path / "proj", description=TRICKY, ini="ralph_max_iterations = 5\n",
                       criteria=({"text": "done.txt exists $(rm -rf x) EOF",
                                  "run": "grep -q ok done.txt"},))
     canary = project.root / "x"
     canary.write_text("still here\n", encoding="utf-8")
-    project.arm("--ralph-promise", MULTILINE_PROMISE)
+    arm(project, "--ralph-promise", MULTILINE_PROMISE)
 
     first = project.stop().block()
     assert TRICKY in first["reason"]
@@ -509,7 +434,7 @@ def test_prd_text_reaches_the_reason_verbatim(tmp_path: Path) -> None:
 
     # The multi-line promise is the whole text, not `"I`: only the whole text (here folded
     # over other lines) completes the run.
-    project.done()
+    project.write("done.txt")
     folded = ("Done.\n<promise>I will achieve 95%+ build success\n(129+/136 files)</promise>")
     done = project.stop(last_assistant_message=folded).allow()
     assert done is not None and " complete after 2 iterations:" in done
@@ -537,8 +462,8 @@ def fast_path(data: bytes, cwd: Path, env: dict[str, str] | None = None, *,
     """Run :func:`pytest_ralph.claude.hook.main` in a fresh interpreter; what it printed and which
     heavy modules it had imported (with ``control``, check that the probe sees them once
     the driver is imported)."""
-    proc = subprocess.run([PY, "-c", FAST_PATH_PROBE, data.decode("utf-8"), json.dumps(env or {}),
-                           "control" if control else "-"],
+    proc = subprocess.run([PYTHON, "-c", FAST_PATH_PROBE, data.decode("utf-8"),
+                           json.dumps(env or {}), "control" if control else "-"],
                           cwd=cwd, env=_env(), capture_output=True, text=True,
                           timeout=TIMEOUT, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -549,7 +474,7 @@ def fast_path(data: bytes, cwd: Path, env: dict[str, str] | None = None, *,
 
 
 def test_unarmed_fast_path_imports_nothing_heavy(tmp_path: Path) -> None:
-    project = Project(tmp_path / "proj")
+    project = project_in(tmp_path / "proj")
     for data in (payload(SID, project.root),
                  payload(SID, project.root, hook_event_name="StopFailure")):
         result = fast_path(data, project.root, control=True)
@@ -581,7 +506,7 @@ def test_only_the_owning_session_is_ever_checked(tmp_path: Path) -> None:
     for session in ("", "   ", None):
         hook = project.stop(session)
         assert hook.allow() is None
-        assert "no session id" in hook.err and "never adopts" in hook.err
+        assert "no session id" in hook.stderr and "never adopts" in hook.stderr
     inert()
     assert project.session() == ""
 
@@ -613,7 +538,7 @@ def test_max_iterations_bounds_the_loop(tmp_path: Path) -> None:
 def test_max_iterations_bounds_a_run_whose_final_message_cannot_be_read(tmp_path: Path) -> None:
     project = armed(tmp_path, "--ralph-promise", PROMISE,
                     ini="ralph_max_iterations = 1\nralph_breaker = 10\n")
-    project.done()
+    project.write("done.txt")
     hook = project.stop(transcript_path=str(tmp_path / "missing.jsonl"))
     message = hook.allow()
     assert message is not None and "iteration limit (1)" in message
@@ -635,7 +560,7 @@ def test_max_iterations_bounds_a_run_whose_final_message_cannot_be_read(tmp_path
 ])
 def test_arming_refuses_a_loop_that_cannot_end_well(tmp_path: Path, ini: str,
                                                    args: tuple[str, ...], why: str) -> None:
-    project = Project(tmp_path / "proj", ini=ini)
+    project = project_in(tmp_path / "proj", ini=ini)
     proc = project.pytest("--ralph-init", "--ralph-driver", "claude", *args)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert why in proc.stdout + proc.stderr
@@ -660,7 +585,7 @@ def _spaced_python(tmp_path: Path) -> str:
     ``lib`` is a link to ours), or this interpreter when it does not run in a venv."""
     cfg = Path(sys.prefix) / "pyvenv.cfg"
     if os.name == "nt" or sys.prefix == sys.base_prefix or not cfg.is_file():
-        return PY
+        return PYTHON
     venv = tmp_path / "My Tools" / "py env"
     (venv / "bin").mkdir(parents=True)
     shutil.copy(cfg, venv / "pyvenv.cfg")
@@ -668,15 +593,15 @@ def _spaced_python(tmp_path: Path) -> str:
         if (Path(sys.prefix) / name).is_dir():
             (venv / name).symlink_to(Path(sys.prefix) / name, target_is_directory=True)
     exe = venv / "bin" / "python"
-    exe.symlink_to(os.path.realpath(PY))
+    exe.symlink_to(os.path.realpath(PYTHON))
     return str(exe)
 
 
 @pytest.mark.skipif(os.name == "nt", reason="runs the hook command through /bin/sh")
 def test_hook_command_needs_only_the_interpreter(tmp_path: Path) -> None:
     python = _spaced_python(tmp_path)
-    project = Project(tmp_path / "My Projects" / "demo app", ini="ralph_max_iterations = 3\n")
-    project.arm(python=python)
+    project = project_in(tmp_path / "My Projects" / "demo app", ini="ralph_max_iterations = 3\n")
+    arm(project, python=python)
     settings = json.loads((project.root / ".claude" / "settings.json").read_text("utf-8"))
     (group,) = settings["hooks"]["Stop"]
     (handler,) = group["hooks"]
@@ -687,20 +612,20 @@ def test_hook_command_needs_only_the_interpreter(tmp_path: Path) -> None:
     for tool in ("bash", "jq", "perl", "sed", "grep", "|", "&&", ";"):
         assert tool not in command.replace(python, "")
 
-    def through_shell(data: bytes) -> Hook:
+    def through_shell(data: bytes) -> Done:
         proc = subprocess.run(["/bin/sh", "-c", command], input=data, cwd=project.root,
                               env=_env(), capture_output=True, timeout=TIMEOUT, check=False)
-        return Hook(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+        return Done(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
 
     # The command as Claude Code runs it, with spaces in both paths: the hook answers.
     hook = through_shell(payload("", project.root))
-    assert hook.allow() is None and "no session id" in hook.err
+    assert hook.allow() is None and "no session id" in hook.stderr
     answer = through_shell(payload(SID, project.root)).block()
     assert answer["systemMessage"] == "ralph iteration 2/3: 1 criterion failing"
 
 
 def test_reason_is_bounded_when_the_prompt_is_long(tmp_path: Path) -> None:
-    loud = f"{shlex.quote(PY)} -c \"print('E' * 3000); raise SystemExit(1)\""
+    loud = f"{shlex.quote(PYTHON)} -c \"print('E' * 3000); raise SystemExit(1)\""
     criteria = tuple({"text": f"loud check {i} " + "é" * 150, "run": loud} for i in range(5))
     project = armed(tmp_path, description="Ünïcode 🚀 line\n" * 400, criteria=criteria)
     answer = project.stop().block()
@@ -734,18 +659,18 @@ def assert_never_wedges(project: Project, cases: dict[bytes, str]) -> None:
     for data, why in cases.items():
         hook = run_hook(data, cwd=project.root, CLAUDE_PROJECT_DIR=str(project.root))
         assert hook.allow() is None, data
-        assert why in hook.err and "stop is allowed" in hook.err, (data, hook)
-        assert hook.err.count("\n") == 1, hook  # the reason, on one line
+        assert why in hook.stderr and "stop is allowed" in hook.stderr, (data, hook)
+        assert hook.stderr.count("\n") == 1, hook  # the reason, on one line
 
 
-def run_hook_shell(redirects: str, stdin: bytes, cwd: Path) -> Hook:
+def run_hook_shell(redirects: str, stdin: bytes, cwd: Path) -> Done:
     """Run the hook through ``sh`` with ``redirects`` applied to it (``<&-`` closes its
     stdin, ``>&-`` its stdout), ``stdin`` on the shell's own stdin; stdout and stderr are
     captured unless ``redirects`` closes them."""
     cmd = f'exec "$0" -m pytest_ralph.hook {redirects}'
-    proc = subprocess.run(["/bin/sh", "-c", cmd, PY], input=stdin, cwd=cwd, env=_env(),
+    proc = subprocess.run(["/bin/sh", "-c", cmd, PYTHON], input=stdin, cwd=cwd, env=_env(),
                           capture_output=True, timeout=TIMEOUT, check=False)
-    return Hook(proc.returncode, proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8"))
+    return Done(proc.returncode, proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8"))
 
 
 @pytest.mark.skipif(os.name == "nt", reason="POSIX shell redirections")
@@ -755,18 +680,19 @@ def test_closed_streams_never_wedge(tmp_path: Path) -> None:
     # stdin closed: Python sets sys.stdin to None (an AttributeError once).
     hook = run_hook_shell("<&-", good, project.root)
     assert hook.allow() is None
-    assert hook.err == "pytest-ralph hook: stdin is closed (no Stop payload); the stop is allowed\n"
+    assert hook.stderr == ("pytest-ralph hook: stdin is closed (no Stop payload); the stop is "
+                           "allowed\n")
     assert project.session() == ""
     # stdout closed: the owning session's Stop is checked; its block answer goes nowhere.
     hook = run_hook_shell(">&-", good, project.root)
-    assert (hook.rc, hook.out) == (0, "") and "Traceback" not in hook.err, hook
+    assert (hook.returncode, hook.stdout) == (0, "") and "Traceback" not in hook.stderr, hook
     assert project.session() == SID
     # stderr closed, with a payload that needs a note there.
     hook = run_hook_shell("2>&-", b"[" * 5000 + b"]" * 5000, project.root)
-    assert (hook.rc, hook.out, hook.err) == (0, "", "")
+    assert (hook.returncode, hook.stdout, hook.stderr) == (0, "", "")
     # All three closed.
     hook = run_hook_shell("<&- >&- 2>&-", good, project.root)
-    assert (hook.rc, hook.out, hook.err) == (0, "", "")
+    assert (hook.returncode, hook.stdout, hook.stderr) == (0, "", "")
 
 
 @pytest.mark.skipif(os.name == "nt", reason="POSIX shell; a folder deleted while in use")
@@ -775,27 +701,27 @@ def test_a_deleted_working_directory_never_wedges(tmp_path: Path) -> None:
     gone.mkdir()
     # No cwd in the payload: the hook looks from its own working directory, deleted here.
     proc = subprocess.run(["/bin/sh", "-c", 'cd "$1" && rmdir "$1" && exec "$0" -m '
-                           "pytest_ralph.hook", PY, str(gone)],
+                           "pytest_ralph.hook", PYTHON, str(gone)],
                           input=b'{"session_id": "' + SID.encode() + b'"}', env=_env(),
                           capture_output=True, timeout=TIMEOUT, check=False)
-    Hook(proc.returncode, proc.stdout.decode(), proc.stderr.decode()).quiet()
+    Done(proc.returncode, proc.stdout.decode(), proc.stderr.decode()).quiet()
 
 
 @pytest.mark.skipif(os.name == "nt", reason="/dev/zero and resource limits")
 def test_special_stdin_never_wedges(tmp_path: Path) -> None:
     project = armed(tmp_path)
     with open("/dev/zero", "rb") as zero:  # endless: read up to the bound, then refused
-        proc = subprocess.run([PY, "-m", "pytest_ralph.hook"], stdin=zero, cwd=project.root,
+        proc = subprocess.run([PYTHON, "-m", "pytest_ralph.hook"], stdin=zero, cwd=project.root,
                               env=_env(), capture_output=True, timeout=TIMEOUT, check=False)
-    hook = Hook(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
-    assert hook.allow() is None and "over 16777216 bytes" in hook.err, hook
+    hook = Done(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+    assert hook.allow() is None and "over 16777216 bytes" in hook.stderr, hook
     # A cwd of 400 KB: its 200,000 parents, each a string of up to 400 KB, once filled the
     # memory (under this bound: a MemoryError) or took hours.
     huge = json.dumps({"session_id": SID, "cwd": "/a" * 200_000}).encode()
-    proc = subprocess.run([PY, "-m", "pytest_ralph.hook"], input=huge, cwd=tmp_path, env=_env(),
+    proc = subprocess.run([PYTHON, "-m", "pytest_ralph.hook"], input=huge, cwd=tmp_path, env=_env(),
                           capture_output=True, timeout=TIMEOUT, check=False,
                           preexec_fn=_memory_bound(2 * 1024**3))
-    Hook(proc.returncode, proc.stdout.decode(), proc.stderr.decode()).quiet()
+    Done(proc.returncode, proc.stdout.decode(), proc.stderr.decode()).quiet()
     assert project.session() == ""
 
 
@@ -833,7 +759,7 @@ def test_corrupt_arming_file_never_wedges(tmp_path: Path, content: bytes, why: s
     marker.write_bytes(content)
     hook = run_hook(payload(SID, tmp_path), cwd=tmp_path)
     assert hook.allow() is None
-    assert why in hook.err and str(marker) in hook.err and "--ralph-cancel" in hook.err
+    assert why in hook.stderr and str(marker) in hook.stderr and "--ralph-cancel" in hook.stderr
 
 
 @pytest.mark.skipif(os.name == "nt", reason="POSIX file permissions")
@@ -847,7 +773,7 @@ def test_unreadable_arming_file_never_wedges(tmp_path: Path) -> None:
     finally:
         marker.chmod(0o600)
     assert hook.allow() is None  # exit 0, no traceback
-    assert f"cannot read the arming file {marker}: Permission denied" in hook.err, hook.err
+    assert f"cannot read the arming file {marker}: Permission denied" in hook.stderr, hook.stderr
 
 
 def test_damaged_state_never_wedges(tmp_path: Path) -> None:
@@ -876,7 +802,7 @@ def test_damaged_state_never_wedges(tmp_path: Path) -> None:
     hook = project.stop()
     message = hook.allow()
     assert message is not None and "does not load" in message
-    assert "run stays armed" in hook.err
+    assert "run stays armed" in hook.stderr
     assert project.session() == SID
     # Bad stdin of the owning session.
     assert_never_wedges(project, bad_stdin(project))
@@ -888,13 +814,13 @@ def test_damaged_state_never_wedges(tmp_path: Path) -> None:
     db.write_bytes(b"<<<<<<< HEAD\nnot a database\x00\xff" * 200)
     hook = project.stop()
     assert hook.allow() is None
-    assert "damaged or not a SQLite database" in hook.err and "stop is allowed" in hook.err
+    assert "damaged or not a SQLite database" in hook.stderr and "stop is allowed" in hook.stderr
     assert project.marker.is_file()
 
     # The state folder deleted.
     shutil.rmtree(state)
     hook = project.stop()
     assert hook.allow() is None
-    assert "does not exist" in hook.err and "arming file was removed" in hook.err
+    assert "does not exist" in hook.stderr and "arming file was removed" in hook.stderr
     assert not project.marker.exists()
     project.stop().quiet()

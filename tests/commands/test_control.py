@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from pytest_ralph.state.history import History
-from tests.conftest import story
-from tests.loop.test_loop import _alive, files_criteria, wait_for
+from tests.support.loop import alive, finish, ralph, wait_for
+from tests.support.prd import files_criteria, story
 from tests.support.privileges import unprivileged
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="flock, signals and /proc")
@@ -54,16 +54,6 @@ SETTINGS = {"max_iterations": 5, "breaker": 50, "agent_errors": 3}
 
 def pytest_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args]
-
-
-def ralph(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(pytest_cmd(*args), cwd=pytester.path, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-
-
-def finish(proc: subprocess.Popen[bytes]) -> tuple[int, str]:
-    out, _ = proc.communicate(timeout=120)
-    return proc.returncode, out.decode()
 
 
 def run_cmd(pytester: pytest.Pytester, cmd: list[str]) -> tuple[int, str]:
@@ -140,7 +130,7 @@ def test_cancel_never_signals_a_process_that_reused_the_dead_loops_pid(
     assert code == 0, out
     assert f"run {crashed} (crashed: its loop, pid {sleeper.pid}, is gone) is now cancelled" in out
     time.sleep(0.5)
-    assert sleeper.poll() is None and _alive(sleeper.pid), "cancel killed an unrelated process"
+    assert sleeper.poll() is None and alive(sleeper.pid), "cancel killed an unrelated process"
     status, reason, cancel = row(pytester, crashed)
     assert (status, cancel) == ("cancelled", 1)
     assert reason.startswith("cancelled by --ralph-cancel after a crash (its loop, pid ")

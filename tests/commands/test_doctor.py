@@ -18,10 +18,10 @@ import yaml
 
 import pytest_ralph
 from pytest_ralph.commands.doctor import PLUGIN_HOOK_COMMAND, doctor, find_executable
+from tests.support.env import PY, clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "templates" / "claude-plugin"
-PY = shlex.quote(sys.executable)
 HOOK = f"{PY} -m pytest_ralph.hook"
 
 posix_only = pytest.mark.skipif(os.name == "nt", reason="runs hook commands through /bin/sh")
@@ -29,10 +29,8 @@ posix_only = pytest.mark.skipif(os.name == "nt", reason="runs hook commands thro
 
 def _env(**extra: str) -> dict[str, str]:
     """This environment without what would change how the child pytest or the hook behaves."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTEST_ADDOPTS", "PYTEST_RALPH_CONTROLLER", "CLAUDE_PROJECT_DIR")}
-    env.update(extra)
-    return env
+    return clean_env(drop=(), names=("PYTEST_ADDOPTS", "PYTEST_RALPH_CONTROLLER",
+                                     "CLAUDE_PROJECT_DIR"), bytecode=True, **extra)
 
 
 def _pytest(project: Path, *args: str, env: dict[str, str] | None = None

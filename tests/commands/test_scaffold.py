@@ -21,6 +21,7 @@ from pytest_ralph.commands import init as sc
 from pytest_ralph.loop.settings import resolve
 from pytest_ralph.prd.load import load_prd
 from pytest_ralph.testing import read_calls, write_replay
+from tests.support.env import clean_env
 
 KEYS = [("ralph_max_iterations", "5")]
 BUGGY_CALC = "def add(a, b):\n    return a - b\n"
@@ -615,17 +616,9 @@ def test_ralph_init_with_the_claude_driver_scaffolds_and_arms(pytester: pytest.P
 # -- the whole story, in real subprocesses -----------------------------------------------------
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_RALPH_", "PYTEST_XDIST", "CLAUDE_"))
-           and k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
-
-
 def _pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", *args],
-                          cwd=cwd, env=_env(), capture_output=True, text=True, timeout=300,
+                          cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=300,
                           check=False)
 
 

@@ -16,21 +16,12 @@ import pytest
 from pytest_ralph.loop import gitdiff
 from pytest_ralph.loop.gitdiff import diff_stat, tree_snapshot
 from pytest_ralph.state.folder import StateDir
+from tests.support.git import git, needs_git
 from tests.support.privileges import unprivileged
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+pytestmark = needs_git
 
 TREE_ID = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
-
-
-def git(root: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="t",
-               GIT_COMMITTER_EMAIL="t@example.com", GIT_CONFIG_NOSYSTEM="1", HOME=str(root),
-               GIT_OPTIONAL_LOCKS="0")  # our own `git status` must not write the index
-    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, env=env,
-                          check=True)
-    return done.stdout.decode()
 
 
 def state(root: Path) -> tuple[str, ...]:

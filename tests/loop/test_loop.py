@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from pytest_ralph.testing import AgentCall, AgentFactory, Patch, ScriptedAgent
-from tests.conftest import PY, story
+from tests.support.env import PY
+from tests.support.loop import agent_runs, report_text, run_json, wait_for
+from tests.support.prd import files_criteria, story
 
 
 def first_failure(call: AgentCall) -> Patch:
@@ -39,27 +41,6 @@ COUNTING_NOOP_AGENT = """
 with open("agent-runs.txt", "a") as f:
     f.write("run\\n")
 """
-
-
-def files_criteria(*names: str) -> list[dict[str, str]]:
-    return [{"text": f"{n} exists", "run": f"test -f {n}"} for n in names]
-
-
-def agent_runs(pytester: pytest.Pytester) -> int:
-    path = pytester.path / "agent-runs.txt"
-    return len(path.read_text().splitlines()) if path.exists() else 0
-
-
-def run_json(pytester: pytest.Pytester) -> dict[str, object]:
-    (path,) = (pytester.path / ".pytest_ralph" / "runs").glob("*/run.json")
-    data: dict[str, object] = json.loads(path.read_text())
-    return data
-
-
-def report_text(pytester: pytest.Pytester) -> str:
-    reports = sorted((pytester.path / ".pytest_ralph" / "reports").glob("ralph-*.md"))
-    assert len(reports) == 1, reports
-    return reports[0].read_text()
 
 
 @pytest.fixture
@@ -224,22 +205,6 @@ def test_bad_prd_is_exit_4_with_file_and_line(pytester: pytest.Pytester) -> None
     err = result.stderr.str()
     assert "prd.json:2:16:" in err and "invalid JSON" in err and "trailing comma" in err
     assert "Traceback" not in err + result.stdout.str()
-
-
-def wait_for(path: Path, seconds: float = 60) -> None:
-    """Wait until ``path`` exists (a marker a subprocess writes), failing after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path.name} never appeared"
-        time.sleep(0.1)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return "State:\tZ" not in status
 
 
 HANGING_AGENT = """

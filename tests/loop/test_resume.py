@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import story
-from tests.loop.test_loop import _alive, agent_runs, files_criteria, wait_for
+from tests.support import loop
+from tests.support.loop import agent_runs, alive, finish, wait_for
+from tests.support.prd import files_criteria, story
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="POSIX signals and /proc")
 
@@ -41,15 +42,8 @@ if stop.exists() and stop.read_text().strip() == n:
 
 
 def ralph(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[bytes]:
-    if "--ralph" in args:
-        args = (*args, "--ralph-sandbox", "off")
-    return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-                            cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-
-
-def finish(proc: subprocess.Popen[bytes]) -> tuple[int, str]:
-    out, _ = proc.communicate(timeout=120)
-    return proc.returncode, out.decode()
+    """:func:`tests.support.loop.ralph` with the sandbox off (see the module docstring)."""
+    return loop.ralph(pytester, *args, sandbox="off")
 
 
 def db(pytester: pytest.Pytester) -> sqlite3.Connection:
@@ -69,7 +63,7 @@ def iterations(pytester: pytest.Pytester, run_id: str) -> list[int]:
 
 def gone_within(pid: int, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
-    while _alive(pid):
+    while alive(pid):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)

@@ -28,7 +28,9 @@ from pytest_ralph.checks.phase import (
     workers_problem,
 )
 from pytest_ralph.loop.settings import SettingsError, describe, from_json, resolve, to_json
-from tests.conftest import PY, story
+from tests.support.env import PY, clean_env
+from tests.support.prd import story
+from tests.support.project import Done, Project, run
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX shell commands")
 
@@ -329,36 +331,26 @@ sys.exit(0 if n % 2 else 1)
 """
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    """The environment of the loop: nothing of this test run's own pytest or xdist."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_RALPH_", "PYTEST_XDIST", "CLAUDE_"))
-           and k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env.update(extra)
-    return env
-
-
 def make_project(root: Path, stories: list[dict[str, Any]], steps: list[dict[str, Any]],
                  ini: str = "", files: dict[str, str] | None = None) -> Path:
-    root.mkdir(parents=True)
-    (root / "pytest.ini").write_text(f"[pytest]\n{ini}", encoding="utf-8")
-    data = {"project": "Demo", "branchName": "ralph/demo", "description": "demo",
-            "userStories": stories}
-    (root / "prd.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    (root / "agent.py").write_text(AGENT, encoding="utf-8")
-    (root / "agent-steps.json").write_text(json.dumps(steps), encoding="utf-8")
+    """A project folder at ``root``: the PRD of ``stories``, pytest.ini (``ini``), the agent
+    that plays ``steps`` and ``files``."""
+    project = Project(root)
+    project.write_ini(ini)
+    project.write_prd(*stories, project="Demo", branchName="ralph/demo", description="demo")
+    project.write("agent.py", AGENT)
+    project.write("agent-steps.json", json.dumps(steps))
     for name, text in (files or {}).items():
-        (root / name).write_text(text, encoding="utf-8")
+        project.write(name, text)
     return root
 
 
-def ralph(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider",
-         "--ralph", "--ralph-agent", f"{PY} agent.py", *args],
-        cwd=root, env=clean_env(**env), capture_output=True, text=True, timeout=300,
-        check=False)
+def ralph(root: Path, *args: str, **env: str) -> Done:
+    """``pytest --ralph`` with the agent of :func:`make_project` in ``root``, ``env`` added to
+    the loop's environment."""
+    return run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider",
+                "--ralph", "--ralph-agent", f"{PY} agent.py", *args],
+               cwd=root, env=clean_env(**env), timeout=300)
 
 
 _TIMES = [
@@ -376,7 +368,7 @@ def _normal(text: str, root: Path) -> str:
     return text
 
 
-def left_behind(root: Path, result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+def left_behind(root: Path, result: Done) -> dict[str, Any]:
     """Everything a loop run left that is not a time, with the project folder as <root>."""
     (run_dir,) = (root / ".pytest_ralph" / "runs").glob("*")
     checks = {}

@@ -33,7 +33,7 @@ from pytest_ralph.oracle.snapshot import (
 from pytest_ralph.oracle.sources import run_pytest_targets
 from pytest_ralph.prd.load import load_prd
 from pytest_ralph.state.verified import changes_stat, check_loop_conftests, keep_copies, weakening
-from tests.conftest import story
+from tests.support.prd import story
 
 
 def _prd(root: Path, *criteria: object) -> Path:

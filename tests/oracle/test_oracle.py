@@ -23,8 +23,8 @@ from pytest_ralph.oracle.snapshot import (
     snapshot_to_json,
 )
 from pytest_ralph.prd.load import load_prd
-from tests.conftest import story
-from tests.loop.test_loop import agent_runs, report_text, run_json
+from tests.support.loop import agent_runs, report_text, run_json
+from tests.support.prd import story
 
 
 def prd_file(root: Path, *stories: dict[str, Any]) -> Path:

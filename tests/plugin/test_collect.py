@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import story
+from tests.support.prd import story
 
 Writer = Callable[..., Path]
 

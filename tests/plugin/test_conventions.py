@@ -23,7 +23,7 @@ import pytest
 from pytest_ralph.loop.settings import SPECS
 from pytest_ralph.plugin.options import NOT_WITH_LOOP, child_args
 from pytest_ralph.testing import AgentFactory
-from tests.conftest import story
+from tests.support.prd import story
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX paths and commands")
 

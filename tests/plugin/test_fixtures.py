@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import story
+from tests.support.prd import story
 
 
 def write_tests(pytester: pytest.Pytester, body: str) -> None:

@@ -13,7 +13,8 @@ from pytest_ralph import StopDecision
 from pytest_ralph.plugin.hookspecs import HOOK_NAMES
 from pytest_ralph.prd.errors import PRDError
 from pytest_ralph.prd.load import load_prd
-from tests.conftest import PY, story
+from tests.support.env import PY
+from tests.support.prd import story
 
 #: A conftest that adds the criterion kind "wordcount" (words in a file, at least "min").
 WORDCOUNT = """

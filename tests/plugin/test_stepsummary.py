@@ -21,8 +21,8 @@ import yaml
 from pytest_ralph.plugin import stepsummary
 from pytest_ralph.plugin.stepsummary import Row, escape, render_gate
 from pytest_ralph.testing import AgentFactory
-from tests.conftest import story
-from tests.project.test_docs import DOCS, parse
+from tests.support.docs import DOCS, parse
+from tests.support.prd import story
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "templates" / "github" / "ralph-gate.yml"

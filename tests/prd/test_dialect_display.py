@@ -14,7 +14,7 @@ from pytest_ralph.loop.report import shown_path
 from pytest_ralph.prd.describe import dialect_line, no_stories_message
 from pytest_ralph.prd.model import PRD, Criterion, Story
 from pytest_ralph.testing import AgentFactory
-from tests.conftest import PY
+from tests.support.env import PY
 
 #: `tasks` + `steps` + `status`, no ids: three stories S1..S3.
 TASKS = {"project": "Todo", "tasks": [

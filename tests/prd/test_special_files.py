@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import story
+from tests.support.prd import story
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="FIFOs, /dev/zero, flock")
 

@@ -17,7 +17,8 @@ from pytest_ralph.prd.dialects import Normalized, normalize
 from pytest_ralph.prd.load import load_prd
 from pytest_ralph.prd.positions import strip_jsonc
 from pytest_ralph.prd.writeback import NOTE_PREFIX, write_back
-from tests.conftest import PY, story
+from tests.support.env import PY
+from tests.support.prd import story
 
 
 def _prd(**extra: Any) -> dict[str, Any]:

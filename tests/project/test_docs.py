@@ -44,91 +44,15 @@ import re
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
-MARK = re.compile(r"^<!-- example: (?P<body>.*) -->$")
-FENCE = re.compile(r"^```")
+from tests.support.docs import DOCS, Example, Run, parse
+from tests.support.env import clean_env
+
 HOOK = "pytest-ralph-hook"
-
-
-@dataclass
-class Run:
-    """One command of an example and the checks on its own stdout."""
-
-    command: str
-    code: int
-    json: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Example:
-    doc: str
-    name: str
-    files: dict[str, str] = field(default_factory=dict)
-    #: In page order: a :class:`Run`, or ``(PATH, TEXT)`` written at that point.
-    steps: list[Run | tuple[str, str]] = field(default_factory=list)
-    expect: list[str] = field(default_factory=list)
-    results: list[tuple[str, str]] = field(default_factory=list)
-
-    @property
-    def commands(self) -> list[tuple[str, int]]:
-        return [(s.command, s.code) for s in self.steps if isinstance(s, Run)]
-
-
-def _block(lines: list[str], i: int) -> tuple[str, int]:
-    """The fenced block at or after line ``i``: its text and the line after it."""
-    while not FENCE.match(lines[i]):
-        i += 1
-    start = i = i + 1
-    while not FENCE.match(lines[i]):
-        i += 1
-    return "\n".join(lines[start:i]) + "\n", i + 1
-
-
-def parse(path: Path) -> list[Example]:
-    examples: dict[str, Example] = {}
-    lines = path.read_text(encoding="utf-8").splitlines()
-
-    def example(name: str) -> Example:
-        return examples.setdefault(name, Example(path.name, name))
-
-    i = 0
-    while i < len(lines):
-        m = MARK.match(lines[i])
-        i += 1
-        if not m:
-            continue
-        body = m.group("body")
-        if " $ " in body:
-            name, command = body.split(" $ ", 1)
-            command, code = command.rsplit(" => ", 1)
-            example(name).steps.append(Run(command, int(code)))
-        elif " expect: " in body:
-            name, pattern = body.split(" expect: ", 1)
-            example(name).expect.append(pattern)
-        elif " json: " in body:
-            name, check = body.split(" json: ", 1)
-            runs = [s for s in example(name).steps if isinstance(s, Run)]
-            assert runs, f"{path.name}: `json: {check}` of {name} follows no command"
-            runs[-1].json.append(check)
-        elif " file: " in body:
-            name, rest = body.split(" file: ", 1)
-            file, text = rest.split(" = ", 1)
-            example(name).results.append((file, text))
-        elif " > " in body:
-            name, file = body.split(" > ", 1)
-            text, i = _block(lines, i)
-            example(name).steps.append((file, text))
-        else:
-            name, file = body.split("/", 1)
-            example(name).files[file], i = _block(lines, i)
-    return list(examples.values())
-
 
 EXAMPLES = [ex for doc in sorted(DOCS.glob("*.md")) for ex in parse(doc)]
 
@@ -224,17 +148,15 @@ _DROPPED_NAMES = {"PYTHONPATH", "PYTHONSTARTUP", "CI", "BUILD_NUMBER", "COLUMNS"
                   "PY_COLORS", "NO_COLOR", "FORCE_COLOR"}
 
 
-def clean_env(private: dict[str, str]) -> dict[str, str]:
+def user_env(private: dict[str, str]) -> dict[str, str]:
     """This process's environment without what could leak the user's state (or this test
     run's) into an example; see the module docstring."""
     from pytest_ralph.util.redact import secret_values
 
     secrets = set(secret_values().values())
-    env = {k: v for k, v in os.environ.items()
-           if not k.upper().startswith(_DROPPED) and k.upper() not in _DROPPED_NAMES
-           and k not in secrets}
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return {**env, **private}
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return clean_env(drop=_DROPPED, names=_DROPPED_NAMES | secrets, bytecode=True, PATH=path,
+                     **private)
 
 
 def hook_argv() -> list[str]:
@@ -299,7 +221,7 @@ def test_doc_example(example: Example, tmp_path: Path, private_state: dict[str, 
 
     for name, text in example.files.items():
         write(name, text)
-    env = clean_env(private_state)
+    env = user_env(private_state)
     output = []
     for step in example.steps:
         if not isinstance(step, Run):

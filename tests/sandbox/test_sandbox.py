@@ -38,7 +38,7 @@ from pytest_ralph.sandbox.bwrap import (
     probe,
     wrap,
 )
-from tests.conftest import story
+from tests.support.prd import story
 
 if sys.platform != "linux":  # pragma: no cover - bubblewrap is Linux's
     pytest.skip("bubblewrap confines commands on Linux only", allow_module_level=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import story
+from tests.support.prd import story
 
 _RNG = random.Random(20)
 _B62 = string.ascii_letters + string.digits

@@ -1,1 +1,14 @@
-"""Test support code: a pinned real Claude Code CLI and a scripted loopback model server."""
+"""The helpers the tests import (``tests/conftest.py`` holds only fixtures and hooks).
+
+- ``env``: this run's interpreter (``PY``, ``PYTHON``) and ``clean_env``, the environment of
+  a child process;
+- ``prd``: PRD content (``story``, ``files_criteria``);
+- ``project``: ``Project``, a project folder driven through real child processes (pytest,
+  the loop, the Stop hook, fake agent CLIs), and ``Done``, what a child gave;
+- ``loop``: starting ``pytest --ralph`` in a pytester folder and reading what it left;
+- ``git``: git with a fixed identity, and ``needs_git``;
+- ``docs``: the examples marked in ``docs/*.md``;
+- ``fake_cli``: a fake agent CLI (a script); ``claude_cli`` and ``model_server``: the pinned
+  real Claude Code CLI against a scripted loopback model; ``privileges``: commands run without
+  root's power; ``chaos``: the harness of the dishonest-agent cases (``tests/chaos``).
+"""

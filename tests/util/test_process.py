@@ -6,7 +6,6 @@ These run real subprocesses (``sys.executable`` and ``sh``).
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -15,8 +14,7 @@ import pytest
 
 from pytest_ralph.util import process
 from pytest_ralph.util.process import Finished, kill_group, read_tail, run_in_group
-
-PY = sys.executable
+from tests.support.env import PYTHON
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="POSIX process groups and signals")
 linux_only = pytest.mark.skipif(not Path("/proc/self/status").is_file(),
@@ -58,7 +56,7 @@ def _run(tmp_path: Path, args: list[str] | str, *, timeout: float | None,
 
 
 def test_returns_exit_code_and_duration(tmp_path: Path) -> None:
-    finished, _ = _run(tmp_path, [PY, "-c", "import time, sys; time.sleep(0.2); sys.exit(3)"],
+    finished, _ = _run(tmp_path, [PYTHON, "-c", "import time, sys; time.sleep(0.2); sys.exit(3)"],
                        timeout=10)
     assert finished.returncode == 3
     assert finished.timed_out is False
@@ -66,27 +64,27 @@ def test_returns_exit_code_and_duration(tmp_path: Path) -> None:
 
 
 def test_exit_zero(tmp_path: Path) -> None:
-    finished, _ = _run(tmp_path, [PY, "-c", "pass"], timeout=10)
+    finished, _ = _run(tmp_path, [PYTHON, "-c", "pass"], timeout=10)
     assert finished.returncode == 0
 
 
 def test_stdout_and_stderr_both_go_to_the_output_file(tmp_path: Path) -> None:
     code = ("import sys; print('to-stdout', flush=True); "
             "print('to-stderr', file=sys.stderr, flush=True)")
-    _, text = _run(tmp_path, [PY, "-c", code], timeout=10)
+    _, text = _run(tmp_path, [PYTHON, "-c", code], timeout=10)
     assert "to-stdout" in text
     assert "to-stderr" in text
 
 
 def test_runs_in_cwd(tmp_path: Path) -> None:
-    _, text = _run(tmp_path, [PY, "-c", "import os; print(os.getcwd())"], timeout=10)
+    _, text = _run(tmp_path, [PYTHON, "-c", "import os; print(os.getcwd())"], timeout=10)
     assert Path(text.strip()).resolve() == tmp_path.resolve()
 
 
 def test_env_is_the_full_environment(tmp_path: Path) -> None:
     env = {"PATH": os.environ.get("PATH", ""), "RALPH_PROBE": "xyz"}
     code = "import os; print(os.environ.get('RALPH_PROBE'), os.environ.get('HOME'))"
-    _, text = _run(tmp_path, [PY, "-c", code], timeout=10, env=env)
+    _, text = _run(tmp_path, [PYTHON, "-c", code], timeout=10, env=env)
     assert text.split() == ["xyz", "None"]
 
 
@@ -98,21 +96,21 @@ def test_shell_mode(tmp_path: Path) -> None:
 
 def test_stdin_input_is_delivered(tmp_path: Path) -> None:
     code = "import sys; data = sys.stdin.read(); print(len(data), data[:5])"
-    _, text = _run(tmp_path, [PY, "-c", code], timeout=10, input="héllo wörld".encode())
+    _, text = _run(tmp_path, [PYTHON, "-c", code], timeout=10, input="héllo wörld".encode())
     assert text.split() == ["11", "héllo"]
 
 
 def test_no_input_gives_an_empty_stdin(tmp_path: Path) -> None:
     # Must not wait on the terminal: stdin is empty, so read() returns at once.
     code = "import sys; print(repr(sys.stdin.read()))"
-    finished, text = _run(tmp_path, [PY, "-c", code], timeout=5)
+    finished, text = _run(tmp_path, [PYTHON, "-c", code], timeout=5)
     assert finished.timed_out is False
     assert text.strip() == "''"
 
 
 def test_large_input_to_a_command_that_exits_without_reading(tmp_path: Path) -> None:
     start = time.monotonic()
-    finished, _ = _run(tmp_path, [PY, "-c", "import sys; sys.exit(0)"], timeout=5,
+    finished, _ = _run(tmp_path, [PYTHON, "-c", "import sys; sys.exit(0)"], timeout=5,
                        input=b"x" * 2_000_000)
     assert finished.returncode == 0
     assert time.monotonic() - start < 4
@@ -120,7 +118,7 @@ def test_large_input_to_a_command_that_exits_without_reading(tmp_path: Path) -> 
 
 def test_large_input_to_a_command_that_never_reads_stops_at_the_timeout(tmp_path: Path) -> None:
     start = time.monotonic()
-    finished, _ = _run(tmp_path, [PY, "-c", "import time; time.sleep(30)"], timeout=0.5,
+    finished, _ = _run(tmp_path, [PYTHON, "-c", "import time; time.sleep(30)"], timeout=0.5,
                        input=b"x" * 2_000_000)
     assert finished.timed_out is True
     assert finished.returncode is None
@@ -130,7 +128,7 @@ def test_large_input_to_a_command_that_never_reads_stops_at_the_timeout(tmp_path
 def test_large_input_is_delivered_in_full(tmp_path: Path) -> None:
     data = os.urandom(2_000_000)
     code = "import sys; print(len(sys.stdin.buffer.read()))"
-    _, text = _run(tmp_path, [PY, "-c", code], timeout=10, input=data)
+    _, text = _run(tmp_path, [PYTHON, "-c", code], timeout=10, input=data)
     assert text.strip() == "2000000"
 
 
@@ -180,7 +178,7 @@ def test_leftover_python_grandchild_is_killed(tmp_path: Path) -> None:
     code = ("import subprocess, sys, pathlib; "
             "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
             "pathlib.Path('gc.pid').write_text(str(p.pid))")
-    finished, _ = _run(tmp_path, [PY, "-c", code], timeout=10)
+    finished, _ = _run(tmp_path, [PYTHON, "-c", code], timeout=10)
     assert finished.returncode == 0
     assert _dead(int((tmp_path / "gc.pid").read_text()))
 
@@ -199,14 +197,14 @@ def test_missing_executable_raises_file_not_found(tmp_path: Path) -> None:
 
 def test_missing_cwd_raises_file_not_found(tmp_path: Path) -> None:
     with (tmp_path / "out.log").open("w+b") as out, pytest.raises(FileNotFoundError):
-        run_in_group([PY, "-c", "pass"], cwd=tmp_path / "nope", output=out, timeout=5)
+        run_in_group([PYTHON, "-c", "pass"], cwd=tmp_path / "nope", output=out, timeout=5)
 
 
 @posix_only
 def test_kill_group_is_safe_on_a_finished_process(tmp_path: Path) -> None:
     import subprocess
 
-    proc = subprocess.Popen([PY, "-c", "pass"], start_new_session=True)
+    proc = subprocess.Popen([PYTHON, "-c", "pass"], start_new_session=True)
     proc.wait()
     kill_group(proc, grace=0.1)  # no error
     assert proc.returncode == 0
@@ -286,7 +284,7 @@ def test_watchdog_stops_the_group_only_when_its_pipe_closes_without_a_word() -> 
 def test_wait_exit_returns_when_the_command_ends_not_at_a_polling_step(tmp_path: Path) -> None:
     import subprocess
 
-    proc = subprocess.Popen([PY, "-c", "import time; time.sleep(0.3)"])
+    proc = subprocess.Popen([PYTHON, "-c", "import time; time.sleep(0.3)"])
     start = time.monotonic()
     process.wait_exit(proc, timeout=10)
     assert proc.returncode == 0 and time.monotonic() - start < 5
@@ -309,7 +307,7 @@ def test_wait_exit_with_descriptors_numbered_past_1023(tmp_path: Path) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
     held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
     try:
-        finished, out = _run(tmp_path, [PY, "-c", "print('ok')"], timeout=30)
+        finished, out = _run(tmp_path, [PYTHON, "-c", "print('ok')"], timeout=30)
         assert (finished.returncode, out.strip()) == (0, "ok")
         finished, _ = _run(tmp_path, ["sleep", "5"], timeout=0.2)
         assert finished.timed_out
