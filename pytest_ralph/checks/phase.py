@@ -219,7 +219,7 @@ def workers_problem(workers: str, plugin_args: Sequence[str]) -> str:
     Args:
         workers: the ``-n`` value (``""``: none asked for, never a problem).
         plugin_args: the command line's ``-p`` options passed on to the child (``-p`` and
-            its value, as :func:`pytest_ralph.plugin.child_args` gives them).
+            its value, as :func:`pytest_ralph.plugin.options.child_args` gives them).
     """
     if not workers:
         return ""

@@ -112,7 +112,7 @@ class StoryCollector(pytest.Collector):
 
 
 class CriterionItem(pytest.Item):
-    """One acceptance criterion, checked by its check kind (:mod:`pytest_ralph.checks.kinds`)."""
+    """One acceptance criterion, checked by its check kind (:mod:`pytest_ralph.checks.registry`)."""
 
     def __init__(self, *, criterion: Criterion, story: Story, **kwargs: Any) -> None:
         super().__init__(**kwargs)

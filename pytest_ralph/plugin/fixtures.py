@@ -143,7 +143,7 @@ class LoopResult:
         reason: the stop reason, or the error message of a run that never started.
         iterations: agent iterations run (the baseline check not counted).
         output: everything the loop printed (progress blocks, the final line).
-        run: the run record (:class:`pytest_ralph.loop.controller.RunRecord`), or ``None``.
+        run: the run record (:class:`pytest_ralph.loop.records.RunRecord`), or ``None``.
         report: the path of the final report, or ``None``.
         state_dir: the state folder of the run.
     """

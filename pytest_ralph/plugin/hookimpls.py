@@ -160,7 +160,7 @@ def _raised(hook: str, exc: Exception) -> HookError:
 
 
 def _check_factory(config: pytest.Config) -> Callable[..., Check]:
-    """:func:`pytest_ralph.checks.kinds.make_check` with this session's settings filled in."""
+    """:func:`pytest_ralph.checks.registry.make_check` with this session's settings filled in."""
     from ..checks.pytest_kind import pin_args
     from ..checks.registry import make_check
 
@@ -183,7 +183,7 @@ class BuiltinHooks:
     @pytest.hookimpl(trylast=True)
     def pytest_ralph_make_check(self, criterion: Criterion, story: Story, prd_path: Path,
                                 config: pytest.Config) -> Check:
-        """The built-in check kinds (:func:`pytest_ralph.checks.kinds.make_check`) with the
+        """The built-in check kinds (:func:`pytest_ralph.checks.registry.make_check`) with the
         session's settings."""
         factory = config.stash.get(_CHECK_FACTORY, None)
         if factory is None:

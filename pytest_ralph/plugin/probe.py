@@ -4,12 +4,12 @@ A ``pytest`` criterion's tests import the code under test, which then runs in th
 that decides whether those tests pass: an agent can write code that, once imported, rewrites
 pytest's reports in memory (``TestReport.from_item_and_call`` patched to say "passed", a hook
 wrapper registered at import time). This plugin makes that visible to
-:class:`pytest_ralph.checks.kinds.PytestCheck`, the parent that reads the child's JUnit XML:
+:class:`pytest_ralph.checks.pytest_kind.PytestCheck`, the parent that reads the child's JUnit XML:
 
 - **Probe items.** When anything was collected, two items are added, one first and one last
   (test functions of the module of the first test and of the last one),
   whose test always raises. Their names carry a random token
-  (:data:`~pytest_ralph.checks.kinds.PROBE_TOKEN_ENV`, chosen by the parent for each run); the
+  (:data:`~pytest_ralph.util.env.PROBE_TOKEN_ENV`, chosen by the parent for each run); the
   parent requires both to have *failed*. A change that forces every
   outcome to passed passes them too, and the criterion fails, saying why.
 - **An outcome invariant.** Outermost around ``pytest_runtest_makereport``: the call phase of a
@@ -53,8 +53,8 @@ class ProbeItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> str:
-        """One line (:data:`~pytest_ralph.checks.kinds.PROBE_FAILURE`), not a traceback: the parent
-        leaves the probe's lines out of the output it shows."""
+        """One line (:data:`~pytest_ralph.checks.pytest_kind.PROBE_FAILURE`), not a traceback:
+        the parent leaves the probe's lines out of the output it shows."""
         return PROBE_FAILURE
 
     def reportinfo(self) -> tuple[os.PathLike[str] | str, int | None, str]:

@@ -51,7 +51,7 @@ GATE_EXIT = {
     4: "usage error",
     5: "no criteria collected",
 }
-#: What the loop's exit codes mean (``pytest_ralph.loop.controller.EXIT_*``; see "Exit codes" in
+#: What the loop's exit codes mean (``pytest_ralph.loop.records.EXIT_*``; see "Exit codes" in
 #: docs/loop.md).
 LOOP_EXIT = {
     0: "complete: every criterion passes",
@@ -242,7 +242,7 @@ def render_loop(run: RunRecord, *, report: Path | None = None,
     last check, its failing criteria, the report's path.
 
     Args:
-        run: the ended run (:class:`pytest_ralph.loop.controller.RunRecord`).
+        run: the ended run (:class:`pytest_ralph.loop.records.RunRecord`).
         report: the report file, or ``None``.
         redact: applied to user text before it is escaped (secret values of the environment),
             or ``None``.

@@ -300,9 +300,9 @@ PROBE_SKIP = ("site", "sitecustomize", "usercustomize", "this", "antigravity", "
 CONTROLLER_CONFTEST = f"""\
 import sys
 if "--ralph" in sys.argv:
-    import pytest_ralph.loop.controller as _loop, pytest_ralph.oracle.snapshot as _oracle
-    import pytest_ralph.checks.results as _results
-    _loop.compare = _oracle.compare = lambda start, now: []
+    import pytest_ralph.loop.guard as _guard, pytest_ralph.loop.store as _store
+    import pytest_ralph.oracle.snapshot as _oracle, pytest_ralph.checks.results as _results
+    _guard.compare = _store.compare = _oracle.compare = lambda start, now: []
     _results.CheckResults.complete = property(lambda self: True)
     open({ESCAPED!r}, "a").write("code ran outside the agent, in the controller: "
                                  "conftest.py\\n")
