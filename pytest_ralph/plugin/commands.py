@@ -88,6 +88,24 @@ def make_loop(config: pytest.Config, settings: Settings) -> Loop:
     return loop
 
 
+def load_every_module() -> None:
+    """Import every module of pytest-ralph now, before the loop runs an agent.
+
+    The controller must run only code as it was when the run started: after the first agent
+    run it imports nothing more. Without this, a module imported late (the job summary's, after
+    the loop) would be read from disk after the agent ran, and an agent that can write
+    pytest-ralph's own files (an editable install inside the project, or site-packages with the
+    sandbox off) could put code into the controller itself. Each module is imported once;
+    importing one has no effect beyond defining its names."""
+    import importlib
+    import pkgutil
+
+    import pytest_ralph
+
+    for info in pkgutil.walk_packages(pytest_ralph.__path__, "pytest_ralph."):
+        importlib.import_module(info.name)
+
+
 def run(config: pytest.Config, loop: Loop) -> int:
     """Run ``loop`` (a dry run with ``--ralph-dry-run``) and return its exit code; an internal
     error is :data:`pytest_ralph.loop.controller.EXIT_INTERNAL`, with its traceback in a
@@ -103,6 +121,7 @@ def run(config: pytest.Config, loop: Loop) -> int:
         err(text)
 
     dry_run = bool(config.getoption("ralph_dry_run"))
+    load_every_module()
     try:
         code = run_loop(loop, dry_run=dry_run, err=keep)
     except Exception:

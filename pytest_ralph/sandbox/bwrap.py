@@ -496,15 +496,17 @@ def _environment_hidden(project: Path) -> list[Path]:
 
 def _environment_inside(project: Path) -> list[Path]:
     """The folders of this Python environment that lie inside ``project`` (a ``.venv`` in
-    the project, site-packages, the user site): an agent must not plant ``.pth`` files or
-    plugins there."""
+    the project, site-packages, the user site, and pytest-ralph's own package folder when it
+    is installed from a folder of the project): an agent must not plant ``.pth`` files or
+    plugins there, nor edit the loop's own code."""
     import sysconfig
 
     from ..oracle.judges import site_folders
 
     root = os.path.realpath(project)
+    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # pytest_ralph/
     candidates = {sys.prefix, sys.exec_prefix, sysconfig.get_paths().get("scripts", ""),
-                  *site_folders()}
+                  *site_folders(), own}
     out = []
     for c in sorted(x for x in candidates if x):
         real = os.path.realpath(c)
