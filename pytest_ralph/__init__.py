@@ -16,9 +16,9 @@ from .util.version import __version__
 TYPE_CHECKING = False  # typing is not imported at run time: the Stop hook imports this package
 
 __all__ = ["GO_ON", "PRD", "AgentRun", "Check", "CheckResult", "CheckResults", "Criterion",
-           "CriterionResult", "HookError", "LoopHooks", "PRDError", "Problem", "PromptContext",
-           "RalphDatabase", "StopContext", "StopDecision", "Story", "__version__", "load_prd",
-           "normalize_failure"]
+           "CriterionResult", "HookError", "Loop", "LoopHooks", "PRDError", "Problem",
+           "PromptContext", "RalphDatabase", "StopContext", "StopDecision", "Story",
+           "__version__", "load_prd", "normalize_failure", "template_path"]
 
 _LAZY = {
     "PRD": "pytest_ralph.prd.model",
@@ -41,6 +41,9 @@ _LAZY = {
     "CriterionResult": "pytest_ralph.checks.results",
     "normalize_failure": "pytest_ralph.checks.fingerprint",
     "PromptContext": "pytest_ralph.loop.prompt",
+    # The loop in Python, without pytest (docs/hooks.md), and the bundled templates (docs/ci.md):
+    "Loop": "pytest_ralph.loop.controller",
+    "template_path": "pytest_ralph.loop.prompt",
 }
 
 if TYPE_CHECKING:
@@ -50,8 +53,9 @@ if TYPE_CHECKING:
     from .checks.base import Check, CheckResult
     from .checks.fingerprint import normalize_failure
     from .checks.results import CheckResults, CriterionResult
+    from .loop.controller import Loop
     from .loop.hooks import GO_ON, HookError, LoopHooks, StopContext, StopDecision
-    from .loop.prompt import PromptContext
+    from .loop.prompt import PromptContext, template_path
     from .plugin.dbfixture import RalphDatabase
     from .prd.errors import PRDError, Problem
     from .prd.load import load_prd
