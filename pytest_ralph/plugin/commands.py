@@ -100,9 +100,8 @@ def load_every_module() -> None:
     import importlib
     import pkgutil
 
-    import pytest_ralph
-
-    for info in pkgutil.walk_packages(pytest_ralph.__path__, "pytest_ralph."):
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # pytest_ralph/
+    for info in pkgutil.walk_packages([package], "pytest_ralph."):
         importlib.import_module(info.name)
 
 
