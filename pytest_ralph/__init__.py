@@ -11,8 +11,6 @@ the package, see ``docs/architecture.md``) is internal and may move between vers
 
 from __future__ import annotations
 
-from .util.version import __version__
-
 TYPE_CHECKING = False  # typing is not imported at run time: the Stop hook imports this package
 
 __all__ = ["GO_ON", "PRD", "AgentRun", "Check", "CheckResult", "CheckResults", "Criterion",
@@ -21,6 +19,7 @@ __all__ = ["GO_ON", "PRD", "AgentRun", "Check", "CheckResult", "CheckResults", "
            "__version__", "load_prd", "normalize_failure", "template_path"]
 
 _LAZY = {
+    "__version__": "pytest_ralph.util.version",
     "PRD": "pytest_ralph.prd.model",
     "Criterion": "pytest_ralph.prd.model",
     "Story": "pytest_ralph.prd.model",
@@ -60,6 +59,7 @@ if TYPE_CHECKING:
     from .prd.errors import PRDError, Problem
     from .prd.load import load_prd
     from .prd.model import PRD, Criterion, Story
+    from .util.version import __version__
 
 
 def __getattr__(name: str) -> Any:
