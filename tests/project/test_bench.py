@@ -41,11 +41,12 @@ def test_selftest_prints_one_line_per_case_with_figure_reference_ratio_and_targe
     found = {m["case"]: m for m in map(CASE_LINE.match, case_lines) if m}
     assert list(found) == ["P6a", "P6b", "P7a", "P7b"], case_lines
     assert found["P6a"]["target"] == "<= 0.100 s"
-    assert found["P7a"]["target"] == "ratio <= 1.50"
+    assert found["P7a"]["target"] == "ratio <= 0.20"
     assert found["P7b"]["target"] == "ratio <= 0.50"
     summary = r"result: (\d+ (PASS|WARN|MISS|FAIL)(, )?)+; \d+ s; load average .*; exit 0"
     assert re.fullmatch(summary, lines[-1]), lines[-1]
-    assert "floor: json.loads + a duplicate-key check" in found["P7a"]["what"]
+    assert "jsonschema validator" in found["P7a"]["what"]
+    assert "x json.loads alone (no validation)" in found["P7a"]["what"]
 
 
 def _bench() -> object:
