@@ -14,6 +14,7 @@ from pytest_ralph.plugin.hookspecs import HOOK_NAMES
 from pytest_ralph.prd.errors import PRDError
 from pytest_ralph.prd.load import load_prd
 from tests.support.env import PY
+from tests.support.loop import check_records
 from tests.support.prd import story
 
 #: A conftest that adds the criterion kind "wordcount" (words in a file, at least "min").
@@ -470,7 +471,7 @@ def test_stop_hook_can_stop_early_and_can_keep_going(
                                           f"{context.streak}/{context.breaker})")
         """)
     stopped = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass")
-    assert stopped.ret == 1, stopped.stdout.str()
+    assert stopped.ret == 1, stopped.stdout.str() + check_records(pytester)
     stopped.stdout.fnmatch_lines(["pytest-ralph: limit (exit 1) after 2 iterations: house "
                                   "rule: two tries at most (streak 2/3)"])
     conftest(pytester, """
@@ -483,7 +484,7 @@ def test_stop_hook_can_stop_early_and_can_keep_going(
     kept = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} -c pass",
                                          "--ralph-new", "--ralph-max-iterations", "4",
                                          "--ralph-accept-changes")
-    assert kept.ret == 1, kept.stdout.str()
+    assert kept.ret == 1, kept.stdout.str() + check_records(pytester)
     kept.stdout.fnmatch_lines(["*identical-failure streak 3/3",
                                "  Blocked: US-001: the same failure * no story left to work on",
                                "[[]ralph iteration 4/4[]]",

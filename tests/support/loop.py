@@ -4,6 +4,7 @@ marker files of its agents, read what a run left in the state folder."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -68,3 +69,16 @@ def report_text(folder: pytest.Pytester | Path) -> str:
     reports = sorted((root / ".pytest_ralph" / "reports").glob("ralph-*.md"))
     assert len(reports) == 1, reports
     return reports[0].read_text(encoding="utf-8")
+
+
+def check_records(folder: pytest.Pytester | Path) -> str:
+    """Every ``check.json`` and ``check.log`` of the state folder under ``folder``, for an
+    assertion's message (what each check phase reported, when a run ended unexpectedly)."""
+    root = folder.path if isinstance(folder, pytest.Pytester) else folder
+    parts = []
+    for path in sorted((root / ".pytest_ralph").rglob("check.*")):
+        if path.suffix in (".json", ".log"):
+            with contextlib.suppress(OSError):
+                parts.append(f"--- {path.relative_to(root)}\n"
+                             f"{path.read_text(encoding='utf-8', errors='replace')[-3000:]}")
+    return "\n".join(parts)
