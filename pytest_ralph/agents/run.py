@@ -80,6 +80,44 @@ def resolve_executable(argv: Sequence[str], cwd: Path) -> str:
                             "install it, or set --ralph-agent to a command that exists")
 
 
+#: Characters of the agent's command line shown by :func:`shown_argv` (and
+#: :meth:`AgentRun.describe`), and of one argument in it.
+SHOWN_ARGV_CHARS = 80
+SHOWN_ARG_CHARS = 40
+
+
+def _shown_arg(arg: str, limit: int) -> str:
+    """One argument cut to about ``limit`` characters: a path keeps its end (``.../iteration-001/
+    prompt.md``), any other text (a prompt given as an argument, say) its first line's head."""
+    if len(arg) <= limit and "\n" not in arg:
+        return arg
+    if "/" in arg and not any(ch.isspace() for ch in arg):
+        tail = arg[-(limit - 3):]
+        cut = tail.find("/")
+        return "..." + (tail[cut:] if 0 <= cut < len(tail) - 1 else tail)
+    line = arg.strip().splitlines()[0] if arg.strip() else ""
+    return (line[:limit - 3] if len(line) >= limit - 3 else line) + "..."
+
+
+def shown_argv(argv: Sequence[str], redactor: Redactor | None = None,
+               limit: int = SHOWN_ARGV_CHARS) -> str:
+    """The agent's command line as the loop shows it: ``python agent.py --fast``.
+
+    The executable is shown by its name when it is an absolute path
+    (``/usr/local/bin/claude`` as ``claude``). Each argument has its secrets redacted first
+    (``redactor``, default :meth:`pytest_ralph.util.redact.Redactor.from_env`: a cut never
+    leaves part of a secret behind), then is cut to :data:`SHOWN_ARG_CHARS` (a long path
+    keeps its end, a long text its head); the arguments are joined with shell quoting
+    (:func:`shlex.join`) and the whole cut to ``limit`` characters, ``...`` marking every
+    cut. ``?`` for an empty argv."""
+    if not argv:
+        return "?"
+    redact = (redactor or Redactor.from_env()).text
+    exe = Path(argv[0]).name if os.path.isabs(argv[0]) else argv[0]
+    text = shlex.join(_shown_arg(redact(a), SHOWN_ARG_CHARS) for a in (exe, *argv[1:]))
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
+
+
 def render_argv(argv: Sequence[str], prompt_file: Path) -> list[str]:
     """``argv`` with ``{prompt_file}`` replaced by ``prompt_file`` in every argument."""
     return [a.replace("{prompt_file}", str(prompt_file)) for a in argv]
@@ -124,9 +162,11 @@ class AgentRun:
         """Whether the agent ran properly (its iteration counts for the breaker)."""
         return self.outcome in RAN_OUTCOMES
 
-    def describe(self) -> str:
-        """One line: ``agent `claude` exit 0 in 212.4 s``."""
-        name = Path(self.argv[0]).name if self.argv else "?"
+    def describe(self, redactor: Redactor | None = None) -> str:
+        """One line: ``agent `claude -p --verbose` exit 0 in 212.4 s``: the argv as
+        :func:`shown_argv` shows it (``redactor`` as there), the outcome, the duration and
+        what the agent reported (:meth:`usage`)."""
+        name = shown_argv(self.argv, redactor)
         if self.outcome == "timeout":
             what = "timed out (process group killed)"
         elif self.outcome == "not-found":

@@ -112,7 +112,8 @@ class CheckResults:
 
     @property
     def fingerprint(self) -> str:
-        """The failure fingerprint (see :mod:`pytest_ralph.checks.fingerprint`)."""
+        """The failure fingerprint of :meth:`failures`, their texts normalized (see
+        :mod:`pytest_ralph.checks.fingerprint`); ``""`` when nothing fails."""
         return fingerprint(self.failures())
 
     def by_story(self) -> dict[str, list[CriterionResult]]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..agents.run import AgentRun
-from ..checks.fingerprint import fingerprint, normalize_failure
+from ..checks.fingerprint import failure_fingerprints, fingerprint, normalize_failure
 from ..checks.phase import CheckPhaseConfig
 from ..checks.results import CheckResults
 from ..util.text import plural
@@ -194,16 +194,18 @@ class Breaker:
         all_blocked = bool(failing_stories) and failing_stories <= set(rec.blocked)
         return newly, all_blocked
 
-    def decide(self, rec: IterationRecord, agent_run: AgentRun, newly: list[str],
-               all_blocked: bool) -> StopDecision:
-        """The ``pytest_ralph_should_stop`` decision after ``rec``, an iteration that left
-        criteria failing (built in: :func:`pytest_ralph.loop.hooks.decide_stop`)."""
+    def decide(self, run: RunRecord, rec: IterationRecord, agent_run: AgentRun,
+               newly: list[str], all_blocked: bool) -> StopDecision:
+        """The ``pytest_ralph_should_stop`` decision after ``rec``, an iteration of ``run``
+        that left criteria failing (built in: :func:`pytest_ralph.loop.hooks.decide_stop`)."""
         s = self.settings
+        compared = [(k, t) for k, t in self.signature_of(rec) if k not in run.flaky]
         return self.hooks.should_stop(StopContext(
             iteration=rec.n, max_iterations=s.max_iterations, results=rec.results,
             agent=agent_run, story=rec.story, fingerprint=rec.fingerprint, streak=rec.streak,
             breaker=s.breaker, error_streak=rec.error_streak, agent_errors=s.agent_errors,
-            blocked=dict(rec.blocked), newly_blocked=tuple(newly), all_blocked=all_blocked))
+            blocked=dict(rec.blocked), newly_blocked=tuple(newly), all_blocked=all_blocked,
+            failures=tuple(failure_fingerprints(compared, normalize=False))))
 
     def rate_limit_reason(self, error_streak: int, agent_run: AgentRun) -> str:
         """Why the run stops (exit 7) after the rate-limited ``agent_run`` made the

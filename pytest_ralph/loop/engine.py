@@ -62,7 +62,7 @@ from .budget import Budget
 from .escalation import escalate
 from .gitdiff import config_digest, diff_stat, tree_snapshot
 from .guard import OracleGuard
-from .hooks import LoopHooks
+from .hooks import HookError, LoopHooks
 from .output import (
     Printer,
     baseline_block,
@@ -372,7 +372,7 @@ class RunEngine:
             repeats=_repeats(run),
             regressions=run.last.regressions, blocked=held,
             last_change=run.last.diff or (NO_CHANGE if self._git and run.last.agent
-                                          is not None else ""))))
+                                          is not None else ""), run=run.run_dir.id)))
         return story, prompt
 
     def tree(self) -> str | None:
@@ -426,7 +426,7 @@ class RunEngine:
             return self.stop(run, "complete", EXIT_COMPLETE,
                              f"every criterion passes ({len(results.criteria)}/"
                              f"{len(results.criteria)})")
-        decision = self._breaker.decide(rec, agent_run, newly, all_blocked)
+        decision = self._breaker.decide(run, rec, agent_run, newly, all_blocked)
         if decision.stop:
             if decision.escalate:
                 run.pending_escalation = (decision.escalate,
@@ -574,6 +574,9 @@ class RunEngine:
         self.save(run)
         with contextlib.suppress(OSError):
             state.append_progress(end_entry(run))
+        for it in run.iterations:  # the report shows each failure's fingerprint: the hook's
+            with contextlib.suppress(HookError):  # texts, as the breaker compared them
+                self._breaker.signature_of(it)
         topic = slugify(self.redactor.text(run.prd.project or run.prd.branch_name or
                                            run.prd.path.stem)) or "prd"
         path = write_report(run, state.report_path(topic, run.started.date()),

@@ -36,10 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checks.fingerprint import fingerprint
+from ..checks.fingerprint import failure_fingerprints, fingerprint, same_failures
 from ..util.env import EVENT_ENV
 from ..util.process import run_in_group
 from ..util.redact import Redactor, redact_file
+from ..util.text import plural
 from .report import story_report
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ class StoryState:
         worked: iterations with the agent running properly on this story, in order.
         streak: how many of the last of those ended with the same fingerprint of the
             story's failing criteria.
-        fingerprint: that fingerprint.
+        fingerprint: that fingerprint (``""`` when none of them failed).
         blocked: why the story is blocked, or ``""``.
         blocked_at: the iteration after which it was blocked, or 0.
     """
@@ -118,20 +119,20 @@ def story_states(steps: Iterable[Step], *, breaker: int, max_iterations: int | N
         if st.blocked:
             continue
         prefix = step.story + "::"
-        fp = fingerprint([(k, m) for k, m in step.failures if k.startswith(prefix)],
-                         normalize=normalize)
+        own = [(k, m) for k, m in step.failures if k.startswith(prefix)]
+        fp = fingerprint(own, normalize=normalize)
         st.worked.append(step.n)
         st.streak = st.streak + 1 if (step.tampered or fp == st.fingerprint) else 1
         st.fingerprint = fp
-        failing = any(k.startswith(prefix) for k, _ in step.failures)
+        failing = bool(own)
         if failing and st.streak >= breaker:
-            st.blocked = (f"the same failure (fingerprint {fp}) in {st.streak} iterations in a "
-                          f"row on this story (iterations {st.worked[-st.streak]}-{step.n})")
+            same = same_failures(failure_fingerprints(own, normalize=normalize))
+            st.blocked = (f"{same} in {st.streak} iterations in a row on this story "
+                          f"(iterations {st.worked[-st.streak]}-{step.n})")
             st.blocked_at = step.n
         elif failing and max_iterations is not None and len(st.worked) >= max_iterations:
-            st.blocked = (f"worked on in {len(st.worked)} iteration"
-                          f"{'s' if len(st.worked) != 1 else ''} (ralph_story_max_iterations "
-                          f"{max_iterations}) and still failing")
+            st.blocked = (f"worked on in {plural(len(st.worked), 'iteration')} "
+                          f"(ralph_story_max_iterations {max_iterations}) and still failing")
             st.blocked_at = step.n
     return states
 
@@ -153,7 +154,7 @@ def state_dump(*, event: str, run_id: str, prd: Path, rootdir: Path, reason: str
          "report": "<path of the report>" | null,   # set when the run ended (all-blocked,
                                                      # breaker): the report is written first
          "stories": [{"id", "title", "blocked": "<why>" | "", "failing": [{"criterion",
-                      "text", "why", "repeated"}], "tried": [{"iteration", "agent",
+                      "text", "why", "repeated", "fingerprint"}], "tried": [{"iteration", "agent",
                       "outcome", "passing", "total"}], "last_diff": "<git diff --stat>"}]}
 
     Every string value is passed through ``redact`` (secret values of the environment)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..checks.fingerprint import normalize_failure
+from ..checks.fingerprint import normalize_failure, same_failures
 from ..util.text import plural
 from .prompt import PromptContext, build_prompt
 from .records import EXIT_AGENT_ERROR, EXIT_BREAKER, EXIT_LIMIT
@@ -50,7 +50,8 @@ class StopContext:
         results: the check results after it.
         agent: the agent run of the iteration.
         story: id of the story the iteration worked on, or ``""``.
-        fingerprint: the failure fingerprint of ``results`` (16 hex digits).
+        fingerprint: the failure fingerprint of ``results`` the breaker compares (16 hex
+            digits; criteria found flaky left out; ``""`` when none of those fails).
         streak: iterations in a row that ended with this fingerprint while working on the
             same story (the identical-failure count).
         breaker: the identical-failure limit (ini ``ralph_breaker``).
@@ -59,6 +60,9 @@ class StopContext:
         blocked: every blocked story after the iteration (story id -> why).
         newly_blocked: the stories this iteration blocked.
         all_blocked: every story with failing criteria is blocked.
+        failures: (criterion key or ``<check>``, failure fingerprint) of each failure that
+            ``fingerprint`` is made of (:func:`pytest_ralph.checks.fingerprint.
+            failure_fingerprints`); the fingerprint of a single failure is ``fingerprint``.
     """
 
     iteration: int
@@ -74,6 +78,7 @@ class StopContext:
     blocked: dict[str, str] = field(default_factory=dict)
     newly_blocked: tuple[str, ...] = ()
     all_blocked: bool = False
+    failures: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -134,8 +139,10 @@ def decide_stop(ctx: StopContext) -> StopDecision:
                             f"{ctx.agent.describe()}); see {ctx.agent.log_path}",
                             "agent-error")
     span = f"iteration {n}" if streak == 1 else f"iterations {n - streak + 1}-{n}"
-    breaker = (f"circuit breaker: the same failure (fingerprint {ctx.fingerprint}) in "
-               f"{plural(streak, 'iteration')} in a row ({span})")
+    same = (same_failures(ctx.failures) if ctx.failures else
+            f"the same failure (fingerprint {ctx.fingerprint})" if ctx.fingerprint else
+            "the same failures")
+    breaker = f"circuit breaker: {same} in {plural(streak, 'iteration')} in a row ({span})"
     if ctx.all_blocked:
         failing = sorted({c.story for c in ctx.results.failing})
         why = ("every remaining story is blocked (" + "; ".join(

@@ -20,7 +20,7 @@ from ..util.redact import Redactor
 from ..util.text import plural
 from .prompt import pick_story
 from .records import IterationRecord, RunRecord
-from .report import why
+from .report import Progress, progress_of, why
 from .settings import Settings
 
 
@@ -69,26 +69,28 @@ def baseline_block(run: RunRecord, selection: str) -> str:
 def iteration_block(run: RunRecord, rec: IterationRecord, s: Settings,
                     left: float | None) -> str:
     """The ``[ralph iteration n/max]`` block of ``rec``, the last iteration of ``run``;
-    ``left``: seconds left of ``--ralph-budget`` (``None``: no budget)."""
+    ``left``: seconds left of ``--ralph-budget`` (``None``: no budget).
+
+    Its ``Result:`` says how the check compares with the one before (:func:`pytest_ralph.
+    loop.report.progress_of`: complete, progress, no change, regression, or the checks could
+    not run) and, unless complete, which criteria fail now (``; failing now: ...``); its
+    ``State:`` the passing count and, while something fails, the breaker's streaks."""
     r = rec.results
-    prev = run.iterations[-2].passing if len(run.iterations) > 1 else 0
+    before = run.iterations[-2] if len(run.iterations) > 1 else None
+    prev = before.passing if before is not None else 0
     total = len(r.criteria) or len(run.prd.criteria())
     n_stories = len(r.by_story()) or len(run.prd.stories)
-    goal = (f"{total} criteri{'a' if total != 1 else 'on'} of {n_stories} "
-            f"stor{'ies' if n_stories != 1 else 'y'} pass ({run.prd.path.name})")
+    goal = (f"{plural(total, 'criterion', 'criteria')} of {plural(n_stories, 'story')} "
+            f"{'passes' if total == 1 else 'pass'} ({run.prd.path.name})")
     tried = rec.agent.describe() if rec.agent else "baseline check"
-    nfail = len(r.failing)
-    if r.complete:
-        result = "success: every criterion passes"
-    elif r.errors and all(c.kind == "missing" for c in r.failing):
-        result = f"failure: the checks could not run ({why(r.errors[0], 300)})"
-    else:
-        result = f"failure: {nfail} criteri{'a' if nfail != 1 else 'on'} failing ({keys(r)})"
+    result = result_text(progress_of(before.results if before else None, r), r)
     delta = rec.passing - prev
-    streak = f"identical-failure streak {rec.streak}/{s.breaker}"
-    if rec.agent is not None and not rec.agent.ran:
-        streak += (f" (unchanged: the agent did not run properly); agent-error streak "
-                   f"{rec.error_streak}/{s.agent_errors}")
+    state = f"{rec.passing}/{total} passing ({delta:+d})"
+    if not r.complete:
+        state += f"; identical-failure streak {rec.streak}/{s.breaker}"
+        if rec.agent is not None and not rec.agent.ran:
+            state += (f" (unchanged: the agent did not run properly); agent-error streak "
+                      f"{rec.error_streak}/{s.agent_errors}")
     regress = (f"\n  Regressions: {', '.join(rec.regressions)} passed before and fail now"
                if rec.regressions else "")
     if rec.flaky:
@@ -101,8 +103,8 @@ def iteration_block(run: RunRecord, rec: IterationRecord, s: Settings,
     story = f"  Story: {rec.story}\n" if rec.story else ""
     newly = [sid for sid in rec.blocked if sid not in (
         run.iterations[-2].blocked if len(run.iterations) > 1 else {})]
-    before = run.iterations[-2].blocked if len(run.iterations) > 1 else {}
-    for sid in before:
+    held = run.iterations[-2].blocked if len(run.iterations) > 1 else {}
+    for sid in held:
         if sid not in rec.blocked:
             regress += f"\n  Unblocked: {sid}: its criteria pass again"
     for sid in newly:
@@ -117,7 +119,21 @@ def iteration_block(run: RunRecord, rec: IterationRecord, s: Settings,
             + ([f"${run.cost:.4f} of ${s.max_cost:g} spent"] if s.max_cost else []))
     return (f"[ralph iteration {rec.n}/{s.max_iterations}]\n"
             f"  Goal: {goal}\n{story}  Tried: {tried}\n  Result: {result}\n"
-            f"  State: {rec.passing}/{total} passing ({delta:+d}); {streak}{regress}")
+            f"  State: {state}{regress}")
+
+
+def result_text(verdict: Progress, r: CheckResults, counted: bool = False) -> str:
+    """What follows ``Result:`` for the check ``r`` (``verdict``: its progress):
+    ``complete (+1): every criterion passes``, ``progress (+1); failing now: US-2::AC1``,
+    ``no change; failing now: ...``, ``regression (-1); failing now: ...``, ``error: the
+    checks could not run (...); failing now: ...``; ``counted``: with the passing count
+    (``progress (+1): 1/2 passing; failing now: ...``)."""
+    count = f"{len(r.passing)}/{len(r.criteria)}"
+    if verdict.word == "complete":
+        return f"{verdict.text()}: every criterion passes" + (f" ({count})" if counted else "")
+    head = (f"error: the checks could not run ({why(r.errors[0], 300)})"
+            if verdict.word == "error" else verdict.text())
+    return head + (f": {count} passing" if counted else "") + f"; failing now: {keys(r)}"
 
 
 def rate_limited_block(n: int, s: Settings, tried: str, wait: float, source: str,
@@ -134,17 +150,20 @@ def rate_limited_block(n: int, s: Settings, tried: str, wait: float, source: str
 
 
 def progress_entry(run: RunRecord, rec: IterationRecord, s: Settings) -> str:
-    """The ``progress.txt`` entry of ``rec``, the last iteration of ``run`` (not redacted)."""
+    """The ``progress.txt`` entry of ``rec``, the last iteration of ``run`` (not redacted).
+
+    It starts with a ``## <UTC time> run <run id> iteration <n>/<max>`` line, which names the
+    run the entry belongs to (:func:`pytest_ralph.loop.prompt.render_progress` tells a new
+    run's prompt which entries are of earlier runs by it); its ``result:`` line is the
+    terminal's ``Result:`` (:func:`result_text`) with the passing count."""
     r = rec.results
+    before = run.iterations[-2].results if len(run.iterations) > 1 else None
     lines = [f"## {rec.started.strftime('%Y-%m-%dT%H:%M:%SZ')} run {run.run_dir.id} "
              f"iteration {rec.n}/{s.max_iterations}",
              f"story: {rec.story or '-'}",
-             f"tried: {rec.agent.describe() if rec.agent else 'baseline'}"]
-    if r.complete:
-        lines.append(f"result: every criterion passes ({len(r.criteria)})")
-    else:
-        lines.append(f"result: {len(r.passing)}/{len(r.criteria)} passing; failing: "
-                     f"{keys(r)}")
+             f"tried: {rec.agent.describe() if rec.agent else 'baseline'}",
+             f"result: {result_text(progress_of(before, r), r, counted=True)}"]
+    if not r.complete:
         for c in r.failing[:10]:
             lines.append(f"why {c.key}: {why(c.message)}")
         for e in r.errors[:3]:
@@ -155,16 +174,17 @@ def progress_entry(run: RunRecord, rec: IterationRecord, s: Settings) -> str:
         lines.append(f"flaky (failed, then passed on a re-check): {', '.join(rec.flaky)}")
     if rec.changes:
         lines.append(f"criteria changed: {changes_text(rec.changes)}")
-    before = run.iterations[-2].blocked if len(run.iterations) > 1 else {}
-    for sid in before:
+    held = run.iterations[-2].blocked if len(run.iterations) > 1 else {}
+    for sid in held:
         if sid not in rec.blocked:
             lines.append(f"unblocked {sid}: its criteria pass again")
     for sid, reason in rec.blocked.items():
         lines.append(f"blocked {sid}: {reason}")
     if rec.diff:
         lines.append("changed: " + "; ".join(rec.diff.strip().splitlines()[-1:]))
-    lines.append(f"streak: {rec.streak}/{s.breaker}; agent-error streak: "
-                 f"{rec.error_streak}/{s.agent_errors}")
+    if not r.complete:
+        lines.append(f"streak: {rec.streak}/{s.breaker}; agent-error streak: "
+                     f"{rec.error_streak}/{s.agent_errors}")
     return "\n".join(lines) + "\n"
 
 
@@ -177,7 +197,11 @@ def end_entry(run: RunRecord) -> str:
 
 
 def summary(run: RunRecord, s: Settings) -> dict[str, object]:
-    """``run.json``: the run, its iterations and its rate-limited attempts, as JSON."""
+    """``run.json``: the run, its iterations and its rate-limited attempts, as JSON.
+
+    Each iteration's ``fingerprint`` is the breaker's (``null`` when nothing it compares
+    fails) and ``result`` the word of its ``Result:`` (:data:`pytest_ralph.loop.report.
+    RESULT_WORDS`; ``null`` for the baseline)."""
     return {
         "run": run.run_dir.id, "prd": str(run.prd.path), "status": run.status,
         "exit_code": run.exit_code, "reason": run.reason, "agent": run.argv,
@@ -192,7 +216,9 @@ def summary(run: RunRecord, s: Settings) -> dict[str, object]:
         "iterations": [{
             "n": it.n, "story": it.story, "passing": it.passing,
             "total": len(it.results.criteria), "failing": [c.key for c in it.results.failing],
-            "errors": list(it.results.errors), "fingerprint": it.fingerprint,
+            "errors": list(it.results.errors), "fingerprint": it.fingerprint or None,
+            "result": (progress_of(run.iterations[i - 1].results, it.results).word
+                       if i else None),
             "streak": it.streak, "error_streak": it.error_streak,
             "regressions": list(it.regressions), "flaky": list(it.flaky),
             "criteria_changed": [{"subject": ch.subject, "change": ch.change,
@@ -204,7 +230,7 @@ def summary(run: RunRecord, s: Settings) -> dict[str, object]:
                 "why": it.agent.detail, "cost_usd": it.agent.cost_usd,
                 "input_tokens": it.agent.input_tokens,
                 "output_tokens": it.agent.output_tokens, "turns": it.agent.turns},
-        } for it in run.iterations],
+        } for i, it in enumerate(run.iterations)],
     }
 
 

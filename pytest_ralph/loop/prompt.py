@@ -16,7 +16,7 @@ variable             value                                                   exa
 ``$prd_path``        the PRD file, relative to the rootdir when inside it    prd.json
 ``$rootdir``         the project root                                        /home/me/shop
 ``$goal``            what ends the loop, and how far along it is             Make all 11
-                                                                             acceptance criteria of
+                     (:func:`render_goal`)                                   acceptance criteria of
                                                                              the 5 stories pass.
                                                                              Now 9 of 11 pass.
 ``$story``           the story to work on: id and title, description, then   US-003: Login
@@ -36,9 +36,10 @@ variable             value                                                   exa
                      changed
 ``$blocked``         section (*): the stories the loop does not ask for,     ## Blocked stories
                      and why                                                 - US-004: title: why
-``$progress``        the end of ``progress.txt`` (at most                    ## iteration 2 ...
-                     :data:`PROGRESS_CHARS`), or a note that there is none
-                     yet
+``$progress``        the end of ``progress.txt`` (at most                    From an earlier run
+                     :data:`PROGRESS_CHARS`), earlier runs' entries marked   (...), the code may
+                     as such (:func:`render_progress`), or a note that       have changed since:
+                     there is none yet                                       ## 2026-... run ...
 ===================  ======================================================  =====================
 
 (An example on several lines is several lines of the value.)
@@ -282,6 +283,8 @@ class PromptContext:
         blocked: story id -> why the loop will not ask for it; such a story is never the
             one to work on, and is listed as blocked.
         redact: applied to the finished prompt (e.g. to hide secrets), or ``None``.
+        run: the id of the run the prompt is for: ``progress`` entries of other runs are
+            marked as earlier runs' (:func:`render_progress`); ``""``: every entry is.
     """
 
     prd: PRD
@@ -295,6 +298,7 @@ class PromptContext:
     last_change: str = ""
     blocked: Mapping[str, str] = field(default_factory=dict)
     redact: Callable[[str], str] | None = None
+    run: str = ""
 
 
 def _check_line(c: Criterion | None, r: CriterionResult, done_key: str = "passes") -> str:
@@ -499,6 +503,57 @@ def render_blocked(prd: PRD, results: CheckResults, blocked: Mapping[str, str]) 
             + "\n".join(_listed(lines, BLOCKED_CHARS)))
 
 
+def render_goal(total: int, passing: int, stories: int) -> str:
+    """The ``$goal`` value: ``total`` criteria of ``stories`` stories, ``passing`` of them
+    passing now (``Make all 3 acceptance criteria of the 2 stories pass. Now 1 of 3
+    passes.``; ``Make the acceptance criterion pass. Now it fails.``)."""
+    if total == 1:
+        return f"Make the acceptance criterion pass. Now it {'passes' if passing else 'fails'}."
+    if total == 0:
+        return "Make every acceptance criterion pass."
+    whose = "of the story" if stories == 1 else f"of the {stories} stories"
+    now = ("none of them passes" if passing == 0 else
+           f"{passing} of {total} {'passes' if passing == 1 else 'pass'}")
+    return f"Make all {total} acceptance criteria {whose} pass. Now {now}."
+
+
+#: The first line of a ``progress.txt`` entry: ``## <UTC time> run <run id> ...``
+#: (:func:`pytest_ralph.loop.output.progress_entry`, :func:`pytest_ralph.loop.output.end_entry`).
+_ENTRY = re.compile(r"## (?P<time>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}):\d{2}Z run (?P<run>\S+) ")
+
+
+def render_progress(progress: str, run: str) -> str:
+    """The ``$progress`` value: the end of ``progress`` (at most :data:`PROGRESS_CHARS` of
+    it), its entries grouped by the run that wrote them (each entry's first line names it);
+    the entries of a run other than ``run`` (the id of the run the prompt is for; ``""``: none
+    of them is) are headed ``From an earlier run (<time>, run <id>), the code may have changed
+    since:``, so that what an earlier run found is never read as the state of the code now,
+    and this run's entries, after them, ``This run:``. The part of an entry that the cut left
+    at the start is dropped; a text without entries is kept as it is. ``""`` when there is no
+    progress."""
+    text = _tail(progress.strip(), PROGRESS_CHARS)
+    lines = text.splitlines()
+    first = next((i for i, line in enumerate(lines) if _ENTRY.match(line)), None)
+    if first is None:
+        return text
+    groups: list[tuple[str, str, list[str]]] = []  # (run id, time, lines)
+    for line in lines[first:]:
+        m = _ENTRY.match(line)
+        if m and (not groups or groups[-1][0] != m["run"]):
+            groups.append((m["run"], m["time"].replace("T", " ") + " UTC", []))
+        groups[-1][2].append(line)
+    earlier = any(rid != run for rid, _, _ in groups)
+    out = ["..."] if first else []
+    for rid, time, body in groups:
+        if rid != run:
+            out.append(f"From an earlier run ({time}, run {rid}), the code may have changed "
+                       "since:")
+        elif earlier:
+            out.append("This run:")
+        out += body
+    return "\n".join(out)
+
+
 _LONE_VARIABLE = re.compile(r"[ \t]*\$(?:(?P<a>[_a-z][_a-z0-9]*)|\{(?P<b>[_a-z][_a-z0-9]*)\})"
                             r"[ \t]*\r?\n?", re.IGNORECASE | re.ASCII)
 
@@ -528,11 +583,9 @@ def build_prompt(template: str, ctx: PromptContext) -> str:
     total = len(ctx.results.criteria)
     passing = len(ctx.results.passing)
     n_stories = len(ctx.results.by_story()) or len(ctx.prd.stories)
-    goal = (f"Make all {total} acceptance criteri{'a' if total != 1 else 'on'} of "
-            f"{'the ' if n_stories != 1 else ''}{n_stories} "
-            f"stor{'ies' if n_stories != 1 else 'y'} pass. Now {passing} of {total} pass.")
+    goal = render_goal(total, passing, n_stories)
     regressions = frozenset(ctx.regressions)
-    progress = _tail(ctx.progress.strip(), PROGRESS_CHARS)
+    progress = render_progress(ctx.progress, ctx.run)
     values = {
         "iteration": str(ctx.iteration),
         "max_iterations": str(ctx.max_iterations),

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..agents.run import AgentRun
+from ..checks.fingerprint import failure_fingerprints
 from ..checks.results import CheckResults
 from ..oracle.snapshot import Change, Snapshot
 from ..prd.model import PRD, Story
@@ -66,7 +67,8 @@ class IterationRecord:
         folder: its folder in the state directory.
         regressions: keys of criteria that passed in an earlier check of the run and fail
             in this one.
-        fingerprint: the failure fingerprint the breaker compares (flaky criteria left out).
+        fingerprint: the failure fingerprint the breaker compares (flaky criteria left out;
+            see :mod:`pytest_ralph.checks.fingerprint`); ``""`` when none of those fails.
         changes: what the agent changed in the oracle since the run started (see
             :mod:`pytest_ralph.oracle.snapshot`); non-empty marks a "criteria changed" iteration.
         flaky: keys of criteria that failed in this check, then passed when re-checked.
@@ -98,6 +100,16 @@ class IterationRecord:
     def passing(self) -> int:
         """Criteria passing after this iteration."""
         return len(self.results.passing)
+
+    def failure_fingerprints(self) -> list[tuple[str, str]]:
+        """(criterion key or ``<check>``, failure fingerprint) of each failure of this check
+        (:func:`pytest_ralph.checks.fingerprint.failure_fingerprints`), from its
+        :attr:`signature` once computed (the ``pytest_ralph_fingerprint`` hook's texts), else
+        from the built-in text (the normalized message); ``[]`` when nothing fails. The one
+        source of every fingerprint shown for a failure (terminal, report, escalation)."""
+        if self.signature is not None:
+            return failure_fingerprints(self.signature, normalize=False)
+        return failure_fingerprints(self.results.failures())
 
 
 @dataclass

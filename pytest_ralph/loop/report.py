@@ -11,11 +11,11 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..checks.base import CLAIMED_NOTE
-from ..checks.fingerprint import fingerprint
 from ..checks.results import CheckResults
 from ..prd.describe import dialect_notes
 from ..util.env import SESSION_ARGV
@@ -51,6 +51,63 @@ def why(message: str, limit: int = 200) -> str:
     return pick[:limit]
 
 
+#: The words of an iteration's result (:class:`Progress`), as ``Result:`` lines, the
+#: report and ``run.json`` (``"result"``) give them.
+RESULT_WORDS = ("complete", "progress", "no change", "regression", "error")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What one check says next to the check before it: the ``Result:`` of an iteration.
+
+    Attributes:
+        word: one of :data:`RESULT_WORDS`: ``complete`` (every criterion passes), ``error``
+            (the checks could not run), ``regression`` (criteria that passed before fail
+            now, at least as many as were fixed), ``progress`` (more criteria pass, none
+            or fewer broke), ``no change`` (the same criteria pass).
+        fixed: criteria passing now that did not pass in the check before.
+        broken: criteria failing now that passed in the check before.
+        passing: criteria passing now.
+        total: criteria checked now.
+    """
+
+    word: str
+    fixed: int
+    broken: int
+    passing: int
+    total: int
+
+    @property
+    def delta(self) -> str:
+        """``"+1"``, ``"-2"``, ``"+2 -1"``; ``""`` when the same criteria pass."""
+        return " ".join(([f"+{self.fixed}"] if self.fixed else [])
+                        + ([f"-{self.broken}"] if self.broken else []))
+
+    def text(self) -> str:
+        """``"progress (+1)"``, ``"no change"``, ``"regression (+1 -2)"``, ``"complete (+1)"``."""
+        return self.word + (f" ({self.delta})" if self.delta else "")
+
+
+def progress_of(before: CheckResults | None, after: CheckResults) -> Progress:
+    """The :class:`Progress` of the check ``after`` over the check ``before`` (``None``:
+    there was none, nothing passed before)."""
+    passed_before = {c.key for c in before.passing} if before is not None else set()
+    passing = {c.key for c in after.passing}
+    fixed = len(passing - passed_before)
+    broken = len({c.key for c in after.failing} & passed_before)
+    if after.errors and all(c.kind == "missing" for c in after.failing):
+        word = "error"
+    elif after.complete:
+        word = "complete"
+    elif broken and broken >= fixed:
+        word = "regression"
+    elif fixed:
+        word = "progress"
+    else:
+        word = "no change"
+    return Progress(word, fixed, broken, len(passing), len(after.criteria))
+
+
 def shown_path(path: Path, root: Path) -> str:
     """``path`` relative to ``root`` when it is inside it (``prd.json``, ``.ralph/prd.json``),
     else as it is."""
@@ -62,13 +119,16 @@ def shown_path(path: Path, root: Path) -> str:
 
 def story_report(run: RunRecord, story_id: str) -> dict[str, object]:
     """What a human needs about one story of ``run``: its failing criteria in the last check
-    (with how many checks in a row each failed the same way), what was tried on it, and the
+    (with how many checks in a row each failed the same way, and the fingerprint of its
+    failure: :meth:`pytest_ralph.loop.records.IterationRecord.failure_fingerprints`), what
+    was tried on it, and the
     last ``git diff --stat`` of an iteration on it. The shape of one ``stories`` entry of
     :func:`pytest_ralph.loop.escalation.state_dump`."""
     story = run.prd.story(story_id)
     repeats = same_failure_counts([it.results for it in run.iterations])
+    fps = dict(run.last.failure_fingerprints())
     failing = [{"criterion": c.key, "text": c.text, "why": why(c.message, 500),
-                "repeated": repeats.get(c.key, 1)}
+                "repeated": repeats.get(c.key, 1), "fingerprint": fps.get(c.key, "")}
                for c in run.last.results.failing if c.story == story_id]
     tried = []
     last_diff = ""
@@ -110,16 +170,14 @@ def render_report(run: RunRecord) -> str:
     title = run.prd.project or run.prd.branch_name or run.prd.path.stem
     out += [f"# Ralph report: {title}", ""]
     out += [
-        f"- Outcome: **{run.status}**" + (
-            f" (exit {run.exit_code}: {_EXIT_MEANING.get(run.exit_code, '')})"
-            if run.exit_code is not None else ""),
+        _outcome(run),
         f"- Stop reason: {run.reason}",
         f"- PRD: `{run.prd.path}` ({run.prd.format})",
         *_dialect_lines(run.prd),
         f"- Agent: `{shlex.join(run.argv)}`",
         *([f"- Sandbox: {run.confinement}"] if run.confinement else []),
-        f"- Iterations: {n_iter} of at most {s.max_iterations}; breaker after {s.breaker} "
-        f"identical failures",
+        f"- Iterations: {n_iter} of at most {s.max_iterations}; breaker after "
+        f"{plural(s.breaker, 'identical failure')}",
         f"- Criteria: {len(last.passing)}/{total} passing"
         + (f", {len(claimed)} of them {CLAIMED_NOTE}" if claimed else ""),
         *([f"- Completion promise: the final message had to hold the line "
@@ -135,7 +193,7 @@ def render_report(run: RunRecord) -> str:
            + (f"; limit ${s.max_cost:g}" if s.max_cost is not None else "")]
           if run.cost or s.max_cost is not None else []),
         *([f"- Wall-clock budget: {s.budget:g} s (--ralph-budget)"] if s.budget else []),
-        *([f"- Rate limits: {len(run.attempts)} agent run(s) rate-limited, "
+        *([f"- Rate limits: {plural(len(run.attempts), 'agent run')} rate-limited, "
            f"{sum(p for _, _, p in run.attempts):.0f} s paused in total; not counted as "
            "iterations"] if run.attempts else []),
         *([f"- Blocked stories: {', '.join(run.blocked)}"] if run.blocked else []),
@@ -149,11 +207,12 @@ def render_report(run: RunRecord) -> str:
     # Failures.
     if last.failing or last.errors:
         out += ["## Failing criteria (last check)", ""]
+        fps = dict(run.last.failure_fingerprints()) if run.iterations else {}
         for c in last.failing:
-            fp = fingerprint([(c.key, c.message)])
             heading = _cell(clean(" ".join(c.text.split())))
             out += [f"### {c.key}: {heading}", "", f"- node id: `{c.nodeid or '-'}`",
-                    f"- fingerprint: `{fp}`", "", *_block(excerpt(c.message, 2000)), ""]
+                    f"- fingerprint: `{fps.get(c.key, '-')}`", "",
+                    *_block(excerpt(c.message, 2000)), ""]
         for e in last.errors:
             out += ["### Check phase error", "", *_block(excerpt(e, 2000)), ""]
     regressions = [(it.n, key) for it in run.iterations for key in it.regressions]
@@ -204,6 +263,32 @@ def render_report(run: RunRecord) -> str:
     return "\n".join(out)
 
 
+def _outcome(run: RunRecord) -> str:
+    """``- Outcome: **limit** (exit 1: stopped at a limit)``; the exit code's meaning is left
+    out when the status says it already (``**complete** (exit 0)``)."""
+    if run.exit_code is None:
+        return f"- Outcome: **{run.status}**"
+    meaning = _EXIT_MEANING.get(run.exit_code, "")
+    if run.status == "breaker":
+        meaning = ("every story that still fails is blocked"
+                   if "every remaining story is blocked" in run.reason else
+                   "circuit breaker tripped")
+    shown = f": {meaning}" if meaning and meaning != run.status else ""
+    return f"- Outcome: **{run.status}** (exit {run.exit_code}{shown})"
+
+
+def _failures_cell(fps: list[tuple[str, str]], most: int = 3) -> str:
+    """The failures of an iteration with their fingerprints, for a table cell: at most
+    ``most``, then ``+N more``; ``-`` when nothing fails."""
+    if not fps:
+        return "-"
+    shown = [f"{'check phase' if key == '<check>' else _cell(key)}: `{fp}`"
+             for key, fp in fps[:most]]
+    if len(fps) > most:
+        shown.append(f"+{len(fps) - most} more")
+    return ", ".join(shown)
+
+
 def _tables(run: RunRecord) -> list[str]:
     """The report's "Stories x iterations" matrix and its "Iterations" table."""
     s = run.settings
@@ -229,11 +314,15 @@ def _tables(run: RunRecord) -> list[str]:
     out.append("")
     # Iterations.
     out += ["## Iterations", "",
-            "| # | story | agent | outcome | seconds | passing | fingerprint | streak | "
+            "Result: how the check compares with the one before. Failures: each failing "
+            "criterion with the fingerprint of its failure. Streak: the identical-failure "
+            "streak, while something fails.", "",
+            "| # | story | agent | outcome | seconds | passing | result | failures | streak | "
             "cost, turns, tokens |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    for it in run.iterations:
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for i, it in enumerate(run.iterations):
         r = it.results
+        result = progress_of(run.iterations[i - 1].results, r).text() if i else "-"
         if it.agent is None:
             agent_cells = "baseline check | - | -"
         else:
@@ -241,8 +330,10 @@ def _tables(run: RunRecord) -> list[str]:
             said = f": {_cell(clean(it.agent.detail))}" if it.agent.detail else ""
             agent_cells = f"{code} | {it.agent.outcome}{said} | {it.agent.duration:.1f}"
         out.append(f"| {it.n} | {it.story or '-'} | {agent_cells} | "
-                   f"{len(r.passing)}/{len(r.criteria)} | `{it.fingerprint or r.fingerprint}` | "
-                   f"{it.streak} | {(it.agent.usage() or '-') if it.agent else '-'} |")
+                   f"{len(r.passing)}/{len(r.criteria)} | {result} | "
+                   f"{_failures_cell(it.failure_fingerprints())} | "
+                   f"{'-' if r.complete or not i else it.streak} | "
+                   f"{(it.agent.usage() or '-') if it.agent else '-'} |")
     out.append("")
     return out
 
@@ -264,8 +355,8 @@ def _guard_line(run: RunRecord) -> list[str]:
     files = sum(1 for x in subjects if x.startswith("file ") and
                 run.oracle.digests[x] != "absent")
     defs = sum(1 for x in subjects if x.startswith("criterion "))
-    line = (f"- Oracle guard: {defs} criterion definition{'s' if defs != 1 else ''} and "
-            f"{files} file{'s' if files != 1 else ''} checked after each iteration")
+    line = (f"- Oracle guard: {plural(defs, 'criterion definition')} and "
+            f"{plural(files, 'file')} checked after each iteration")
     if run.settings.allow_criteria_edits:
         line += " (--ralph-allow-criteria-edits: changes are only reported)"
     if run.oracle.unguarded:
@@ -325,9 +416,12 @@ def _blocked_story(info: dict[str, Any]) -> list[str]:
     out = [f"### Blocked: {info['id']}: {_cell(clean(str(info['title'])))}", "",
            f"- Why: {info['blocked']}", ""]
     if info["failing"]:
-        out += ["Repeated failure (last check):", ""]
-        out += [f"- {f['criterion']}: {_cell(clean(f['why']))} (failed the same way in "
-                f"{f['repeated']} check{'s' if f['repeated'] != 1 else ''} in a row)"
+        out += ["Failing criteria (last check):", ""]
+        out += [f"- {f['criterion']}"
+                + (f" (fingerprint `{f['fingerprint']}`)" if f.get("fingerprint") else "")
+                + f": {_cell(clean(f['why']))}"
+                + (f" (failed the same way in {f['repeated']} checks in a row)"
+                   if f["repeated"] > 1 else "")
                 for f in info["failing"]]
         out.append("")
     if info["tried"]:

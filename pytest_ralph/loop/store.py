@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from ..checks.fingerprint import stored_fingerprint
 from ..oracle.snapshot import Snapshot, compare, snapshot_from_json, snapshot_to_json
 from ..prd.model import PRD
 from ..state.folder import DB_NAME, LockedError, RunDir, StateDir
@@ -324,4 +325,5 @@ def _record(it: StoredIteration, run_dir: RunDir) -> IterationRecord:
     return IterationRecord(it.n, it.results, it.agent.to_agent_run() if it.agent else None,
                            it.story, it.streak, it.error_streak, it.started,
                            run_dir.path / f"iteration-{it.n:03d}", it.regressions,
-                           it.fingerprint, it.changes, it.flaky, dict(it.blocked), it.diff_stat)
+                           stored_fingerprint(it.fingerprint), it.changes, it.flaky,
+                           dict(it.blocked), it.diff_stat)

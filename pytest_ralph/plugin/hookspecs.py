@@ -199,8 +199,9 @@ def pytest_ralph_should_stop(context: StopContext, config: pytest.Config) -> Sto
     Args:
         context: the iteration's outcome and counters
             (:class:`pytest_ralph.StopContext`: ``iteration``, ``results``, ``agent``,
-            ``story``, ``fingerprint``, ``streak``, ``breaker``, ``error_streak``,
-            ``agent_errors``, ``blocked``, ``newly_blocked``, ``all_blocked``).
+            ``story``, ``fingerprint``, ``failures``, ``streak``, ``breaker``,
+            ``error_streak``, ``agent_errors``, ``blocked``, ``newly_blocked``,
+            ``all_blocked``).
         config: the pytest config.
 
     Returns:

@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from pytest_ralph.agents.run import (
     CONTROLLER_ENV,
+    SHOWN_ARG_CHARS,
+    SHOWN_ARGV_CHARS,
     AgentCommandError,
     AgentRun,
     render_argv,
     resolve_executable,
     run_agent,
+    shown_argv,
     split_command,
 )
+from pytest_ralph.util.redact import Redactor
 from tests.support.env import PYTHON
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="POSIX shell quoting and signals")
@@ -269,22 +274,64 @@ def _record(outcome: str, exit_code: int | None, duration: float = 212.44,
 
 
 @pytest.mark.parametrize(("run", "text"), [
-    (_record("ok", 0), "agent `claude` exit 0 in 212.4 s"),
-    (_record("exit-nonzero", 3, 1.05), "agent `claude` exit 3 in 1.1 s"),
-    (_record("timeout", None, 1800.0), "agent `claude` timed out (process group killed) in "
+    (_record("ok", 0), "agent `claude -p` exit 0 in 212.4 s"),
+    (_record("exit-nonzero", 3, 1.05), "agent `claude -p` exit 3 in 1.1 s"),
+    (_record("timeout", None, 1800.0), "agent `claude -p` timed out (process group killed) in "
                                        "1800.0 s"),
-    (_record("not-found", None, 0.0), "agent `claude` not found in 0.0 s"),
-    (_record("crash", -9, 0.5), "agent `claude` killed by signal 9 in 0.5 s"),
+    (_record("not-found", None, 0.0), "agent `claude -p` not found in 0.0 s"),
+    (_record("crash", -9, 0.5), "agent `claude -p` killed by signal 9 in 0.5 s"),
     (_record("ok", 0, 2.0, ()), "agent `?` exit 0 in 2.0 s"),
 ])
 def test_describe(run: AgentRun, text: str) -> None:
     assert run.describe() == text
 
 
-def test_describe_of_a_real_run(tmp_path: Path) -> None:
-    run = _run(tmp_path, _agent(tmp_path, "import sys\nsys.exit(5)\n"))
-    assert run.describe().startswith(f"agent `{Path(PYTHON).name}` exit 5 in ")
-    assert run.describe().endswith(" s")
+def test_describe_of_a_real_run_shows_the_script_not_only_the_interpreter(
+        tmp_path: Path) -> None:
+    # `python agent.py` used to be shown as agent `python`.
+    script = _agent(tmp_path, "import sys\nsys.exit(5)\n")
+    run = _run(tmp_path, script)
+    described = run.describe()
+    assert re.fullmatch(rf"agent `{re.escape(Path(PYTHON).name)} \S*/agent\.py` exit 5 in "
+                        r"\d+\.\d s", described), described
+    assert described == f"agent `{shown_argv(script)}` exit 5 in {run.duration:.1f} s"
+
+
+def test_shown_argv_quotes_like_a_shell_and_names_an_absolute_executable() -> None:
+    assert shown_argv(["python", "agent.py", "--fast"]) == "python agent.py --fast"
+    assert shown_argv(["/usr/bin/python3", "my agent.py"]) == "python3 'my agent.py'"
+    assert shown_argv(["./agent.sh"]) == "./agent.sh"
+    assert shown_argv([]) == "?"
+
+
+def test_shown_argv_shortens_long_arguments_and_a_long_command() -> None:
+    prompt_file = "/home/me/proj/.pytest_ralph/runs/20261130-161344-78b56c/iteration-001/prompt.md"
+    assert shown_argv(["aider", "--message-file", prompt_file]) == (
+        "aider --message-file .../iteration-001/prompt.md")
+    prompt = "# Ralph loop: iteration 1 of 5\n\nYou are a coding agent working in `/x`"
+    assert shown_argv(["claude", "-p", prompt]) == "claude -p '# Ralph loop: iteration 1 of 5...'"
+    long_word = "x" * 200
+    assert shown_argv(["agent", long_word]) == "agent " + "x" * (SHOWN_ARG_CHARS - 3) + "..."
+    many = ["agent", *(f"--flag-number-{i}" for i in range(20))]
+    shown = shown_argv(many)
+    assert len(shown) == SHOWN_ARGV_CHARS
+    assert shown.startswith("agent --flag-number-0 --flag-number-1 ")
+    assert shown.endswith("...")
+
+
+def test_shown_argv_redacts_before_it_cuts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A secret cut in half would no longer be recognised by the redaction of the whole line.
+    secret = "s3cr3t-" + "v" * 60
+    monkeypatch.setenv("AGENT_TOKEN", secret)
+    shown = shown_argv(["agent", f"--token={secret}", "--then", "more"])
+    assert "s3cr3t" not in shown and "vvvv" not in shown
+    assert "[redacted $AGENT_TOKEN]" in shown
+    assert shown.endswith("--then more")
+    # With the loop's redactor given, its secrets are the ones redacted.
+    shown = shown_argv(["agent", "--key=abc12345xyz"], Redactor({"abc12345xyz": "MINE"}))
+    assert shown == "agent '--key=[redacted $MINE]'"
+    run = AgentRun(("agent", f"--token={secret}"), "ok", 0, 1.0, Path("agent.log"), "")
+    assert "s3cr3t" not in run.describe()
 
 
 
@@ -300,8 +347,8 @@ def test_usage_and_describe_show_what_the_agent_reported() -> None:
     run = AgentRun(("claude", "-p"), "ok", 0, 12.5, Path("agent.log"), "", cost_usd=0.012,
                    turns=1, input_tokens=300, output_tokens=60)
     assert run.usage() == "$0.0120, 1 turn, 300 in / 60 out tokens"
-    assert run.describe() == ("agent `claude` exit 0 in 12.5 s ($0.0120, 1 turn, 300 in / 60 "
-                              "out tokens)")
+    assert run.describe() == ("agent `claude -p` exit 0 in 12.5 s ($0.0120, 1 turn, 300 in / "
+                              "60 out tokens)")
     bare = AgentRun(("aider",), "api-error", 1, 2.0, Path("agent.log"), "", detail="HTTP 500")
     assert bare.usage() == ""
     assert bare.describe() == "agent `aider` api-error (exit 1: HTTP 500) in 2.0 s"

@@ -113,7 +113,7 @@ def test_a_rate_limit_pauses_until_the_stated_reset_without_spending_an_iteratio
     assert project.iteration_file(1, "agent.rate-limited-1.log").exists()
     report = project.report()
     assert "## Rate-limited agent runs" in report
-    assert "- Rate limits: 1 agent run(s) rate-limited" in report
+    assert "- Rate limits: 1 agent run rate-limited" in report
     status = project.pytest("--ralph-status")
     assert "  rate limited: 1 agent run(s)" in status.stdout, status.stdout
 
@@ -215,9 +215,9 @@ def test_three_stories_where_story_2_never_passes(tmp_path: Path) -> None:
     report = p.report()
     escalation = report[report.index("## Escalation"):]
     assert "### Blocked: US-002: story US-002" in escalation
-    assert "- US-002::AC1: " in escalation and "never.txt" in escalation
+    assert "- US-002::AC1 (fingerprint `" in escalation and "never.txt" in escalation
     assert "failed the same way in 6 checks in a row" in escalation  # baseline + 5
-    assert "| 4 | agent `claude` exit 0" in escalation
+    assert "| 4 | agent `claude " in escalation and "` exit 0 in " in escalation
     assert "Last diff on it (`git diff --stat`):" in escalation
     assert "src/attempt3.py" in escalation.split("Last diff on it")[1].split("###")[0]
     events = [json.loads(line) for line in

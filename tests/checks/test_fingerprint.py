@@ -10,7 +10,14 @@ import sys
 
 import pytest
 
-from pytest_ralph.checks.fingerprint import fingerprint, normalize_failure
+from pytest_ralph.checks.fingerprint import (
+    failure_fingerprint,
+    failure_fingerprints,
+    fingerprint,
+    normalize_failure,
+    same_failures,
+    stored_fingerprint,
+)
 
 # -- normalize_failure ----------------------------------------------------------------------
 
@@ -166,11 +173,58 @@ def test_fingerprint_equal_across_blank_runs() -> None:
     assert fingerprint([("k", "a   b\t c ")]) == fingerprint([("k", "a b c")])
 
 
-def test_empty_set_has_a_fingerprint() -> None:
-    empty = fingerprint([])
-    assert re.fullmatch(r"[0-9a-f]{16}", empty)
-    assert empty == fingerprint(())
-    assert empty != fingerprint([("US-001::AC1", "")])
+def test_nothing_failing_has_no_fingerprint() -> None:
+    # A passing check has no fingerprint (it used to get the digest of nothing).
+    assert fingerprint([]) == fingerprint(()) == ""
+    assert re.fullmatch(r"[0-9a-f]{16}", fingerprint([("US-001::AC1", "")]))
+
+
+# -- one failure, one fingerprint --------------------------------------------------------
+
+
+def test_a_failure_has_the_fingerprint_of_a_check_that_failed_only_so() -> None:
+    # The report's table, its "Failing criteria" section, the Blocked reason and the
+    # breaker's stop reason show the same digits for one unchanged failure.
+    text = 'File "/tmp/x/app.py", line 10: assert 401 == 200'
+    one = failure_fingerprint("US-001::AC1", text)
+    assert one == fingerprint([("US-001::AC1", text)])
+    assert one == failure_fingerprint("US-001::AC1", normalize_failure(text), normalize=False)
+    assert one == fingerprint([("US-001::AC1", normalize_failure(text))], normalize=False)
+    # With another failure beside it, the set's digest differs, the failure's does not.
+    both = [("US-001::AC1", text), ("US-002::AC1", "boom")]
+    assert fingerprint(both) != one
+    assert dict(failure_fingerprints(both))["US-001::AC1"] == one
+
+
+def test_failure_fingerprints_keep_the_order_and_each_failure_once() -> None:
+    pairs = [("US-002::AC1", "b"), ("US-001::AC1", "a"), ("US-002::AC1", "b"),
+             ("<check>", "error one"), ("<check>", "error two")]
+    got = failure_fingerprints(pairs)
+    assert [k for k, _ in got] == ["US-002::AC1", "US-001::AC1", "<check>", "<check>"]
+    assert got[0] == ("US-002::AC1", failure_fingerprint("US-002::AC1", "b"))
+    assert got[2][1] != got[3][1]
+    assert failure_fingerprints([]) == []
+
+
+def test_same_failures_names_each_failure_with_its_fingerprint() -> None:
+    assert same_failures([("US-1::AC1", "aaaa")]) == (
+        "the same failure of US-1::AC1 (fingerprint aaaa)")
+    assert same_failures([("US-1::AC1", "aaaa"), ("<check>", "bbbb")]) == (
+        "the same failures of US-1::AC1 (fingerprint aaaa) and the check phase "
+        "(fingerprint bbbb)")
+    five = [(f"US-1::AC{i}", f"f{i}") for i in range(1, 6)]
+    assert same_failures(five) == (
+        "the same failures of US-1::AC1 (fingerprint f1), US-1::AC2 (fingerprint f2), "
+        "US-1::AC3 (fingerprint f3) and 2 more")
+    assert same_failures([]) == "the same failures"
+
+
+def test_a_stored_digest_of_nothing_reads_as_no_fingerprint() -> None:
+    # A history written before a passing check had no fingerprint holds the digest of
+    # nothing: a resumed run reads it as "", what it computes now for the same check.
+    assert stored_fingerprint("e3b0c44298fc1c14") == "" == fingerprint([])
+    assert stored_fingerprint("6ec48a28491fd48b") == "6ec48a28491fd48b"
+    assert stored_fingerprint("") == ""
 
 
 # -- stable across processes -------------------------------------------------------------
@@ -212,7 +266,6 @@ def test_fingerprints_are_the_same_in_every_process_whatever_the_hash_seed() -> 
 def test_fingerprint_values_do_not_change_between_versions() -> None:
     # Fingerprints are stored in the run history (ralph.db) and compared by a resumed run,
     # perhaps of a newer pytest-ralph: the digest of given failures is part of the format.
-    assert fingerprint([]) == "e3b0c44298fc1c14"  # SHA-256 of nothing
     # SHA-256 of b"US-001::AC1\0boom\0\0", the pairs in sorted order, each key and text
     # ended by a NUL and each pair by another.
     assert fingerprint([("US-001::AC1", "boom")]) == "6ec48a28491fd48b"

@@ -435,7 +435,7 @@ def test_a_driven_run_from_baseline_to_complete(make_project: Callable[..., Proj
     progress = (project.state / "progress.txt").read_text(encoding="utf-8")
     assert f"run {run_id} iteration 1/3" in progress
     assert f"run {run_id} iteration 2/3" in progress
-    assert "tried: agent `claude-code-session` exit 0" in progress
+    assert f"tried: agent `claude-code-session {S1}` exit 0" in progress
     assert f"run {run_id} ended: complete (exit 0)" in progress
 
     status = project.status()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_ralph.checks.fingerprint import fingerprint
+from pytest_ralph.checks.fingerprint import failure_fingerprint, fingerprint
 from pytest_ralph.loop.escalation import (
     ESCALATE_MIN_SECONDS,
     ESCALATE_TIMEOUT,
@@ -56,9 +56,26 @@ def test_blocked_after_breaker_identical_fingerprints() -> None:
     assert st.streak == 3
     assert st.blocked_at == 3
     assert st.fingerprint == fingerprint([same])
-    assert st.blocked == (f"the same failure (fingerprint {st.fingerprint}) in 3 iterations "
-                          "in a row on this story (iterations 1-3)")
+    assert st.blocked == (f"the same failure of US-1::0 (fingerprint {st.fingerprint}) in 3 "
+                          "iterations in a row on this story (iterations 1-3)")
     assert st.worked == [1, 2, 3]
+
+
+def test_a_blocked_story_names_each_of_its_failures_with_its_own_fingerprint() -> None:
+    # Not the digest of the story's set of failures, which the report shows nowhere else.
+    mine = (fail("US-1", "assert 1 == 2", 1), fail("US-1", "boom", 2))
+    other = fail("US-2", "elsewhere")
+    st = states(*(step(n, "US-1", *mine, other) for n in (1, 2, 3)))["US-1"]
+    assert st.blocked == (
+        f"the same failures of US-1::1 (fingerprint {failure_fingerprint(*mine[0])}) and "
+        f"US-1::2 (fingerprint {failure_fingerprint(*mine[1])}) in 3 iterations in a row on "
+        "this story (iterations 1-3)")
+    assert st.fingerprint == fingerprint(mine)
+
+
+def test_a_story_whose_criteria_pass_has_no_fingerprint() -> None:
+    st = states(step(1, "US-1", fail("US-2", "boom")))["US-1"]
+    assert st.fingerprint == ""
 
 
 @pytest.mark.parametrize("breaker", [1, 2, 5])
@@ -88,8 +105,8 @@ def test_iterations_where_the_agent_did_not_run_are_not_counted() -> None:
     assert not st.blocked
     st = states(step(1, "US-1", same), step(2, "US-1", same, ran=False),
                 step(3, "US-1", same), step(4, "US-1", same))["US-1"]
-    assert st.blocked == (f"the same failure (fingerprint {st.fingerprint}) in 3 iterations "
-                          "in a row on this story (iterations 1-4)")
+    assert st.blocked == (f"the same failure of US-1::0 (fingerprint {st.fingerprint}) in 3 "
+                          "iterations in a row on this story (iterations 1-4)")
 
 
 def test_iterations_without_a_story_are_not_counted() -> None:

@@ -62,14 +62,19 @@ def test_converges_one_fix_per_iteration(pytester: pytest.Pytester, three_files_
         "[[]ralph baseline[]]", "  0/3 criteria passing*",
         "[[]ralph iteration 1/5[]]",
         "  Goal: 3 criteria of 2 stories pass (prd.json)",
-        "  Tried: agent `python*` exit 0 in * s",
-        "  Result: failure: 2 criteria failing (US-001::AC1, US-001::AC2)",
+        "  Tried: agent `python* -P -m pytest_ralph.testing replay *` exit 0 in * s",
+        "  Result: progress (+1); failing now: US-001::AC1, US-001::AC2",
         "  State: 1/3 passing (+1); identical-failure streak 1/3",
-        "[[]ralph iteration 3/5[]]", "*", "*", "  Result: success: every criterion passes",
-        "  State: 3/3 passing (+1)*",
+        "[[]ralph iteration 2/5[]]", "*", "*", "*",
+        "  Result: progress (+1); failing now: US-001::AC2",
+        "[[]ralph iteration 3/5[]]", "*", "*", "*",
+        "  Result: complete (+1): every criterion passes",
+        "  State: 3/3 passing (+1)",  # no streak: nothing fails
         "pytest-ralph: complete (exit 0) after 3 iterations*",
     ])
     assert "iteration 4/5" not in out
+    assert "Result: failure" not in out  # an iteration that made progress is not a failure
+    assert "  State: 3/3 passing (+1);" not in out
     report = report_text(pytester)
     assert "- Outcome: **complete**" in report
     assert "| US-002 | story US-002 | 0/1 | 1/1 ok | 1/1 ok | 1/1 ok |" in report
@@ -77,6 +82,109 @@ def test_converges_one_fix_per_iteration(pytester: pytest.Pytester, three_files_
     # Write-back: every story now says passes: true.
     prd = json.loads(three_files_prd.read_text())
     assert [s["passes"] for s in prd["userStories"]] == [True, True]
+
+
+def test_each_result_says_regression_no_change_or_progress(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path],
+        ralph_agent: AgentFactory) -> None:
+    # "Result: failure" used to be printed for every iteration short of complete, progress
+    # or not, and the streak even on success.
+    (pytester.path / "a.txt").write_text("x")
+    write_prd(story("US-001", *files_criteria("a.txt", "b.txt")))
+    agent = ralph_agent({"files": {"a.txt": None}}, {},
+                        {"files": {"a.txt": "x", "b.txt": "x"}})
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", agent.command)
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "[[]ralph iteration 1/5[]]", "*", "*", "*",
+        "  Result: regression (-1); failing now: US-001::AC1, US-001::AC2",
+        "  State: 0/2 passing (-1); identical-failure streak 1/3",
+        "  Regressions: US-001::AC1 passed before and fail now",
+        "[[]ralph iteration 2/5[]]", "*", "*", "*",
+        "  Result: no change; failing now: US-001::AC1, US-001::AC2",
+        "  State: 0/2 passing (+0); identical-failure streak 2/3",
+        "[[]ralph iteration 3/5[]]", "*", "*", "*",
+        "  Result: complete (+2): every criterion passes",
+        "  State: 2/2 passing (+2)",
+        "pytest-ralph: complete (exit 0) after 3 iterations*"])
+    assert "streak 3/3" not in result.stdout.str()
+    data = run_json(pytester)
+    assert [it["result"] for it in data["iterations"]] == [  # type: ignore[index]
+        None, "regression", "no change", "complete"]
+    # Nothing fails after iteration 3: no fingerprint (it was the digest of nothing).
+    assert data["iterations"][3]["fingerprint"] is None  # type: ignore[index]
+    assert data["iterations"][3]["streak"] == 1  # type: ignore[index]  # the field stays
+    progress = (pytester.path / ".pytest_ralph" / "progress.txt").read_text()
+    assert ("result: regression (-1): 0/2 passing; failing now: US-001::AC1, US-001::AC2\n"
+            in progress)
+    assert "result: complete (+2): every criterion passes (2/2)\n" in progress
+    last = progress.split(" iteration 3/5\n", 1)[1].split("\n## ", 1)[0]
+    assert "streak" not in last  # no streak once every criterion passes
+    report = report_text(pytester)
+    assert "- Outcome: **complete** (exit 0)\n" in report
+    assert "| 1 | US-001 | exit 0 | ok |" in report and " | regression (-1) | " in report
+    assert " | 2/2 | complete (+2) | - | - | - |" in report
+
+
+NOOP_AGENT = "import sys\nsys.stdin.read()\n"
+
+
+def test_a_failure_has_one_fingerprint_everywhere(pytester: pytest.Pytester,
+                                                   write_prd: Callable[..., Path]) -> None:
+    # One unchanged failure used to show under three fingerprints across the report (its
+    # check's in the table, its own, its story's in the Blocked section); the agent was
+    # shown as `python`, without its script.
+    write_prd(story("US-1", *files_criteria("never.txt")),
+              story("US-2", *files_criteria("nor.txt"), priority=2))
+    (pytester.path / "agent.py").write_text(NOOP_AGENT)
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", f"{PY} agent.py",
+                                           "--ralph-breaker", "2")
+    assert result.ret == 6, result.stdout.str()
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(["  Tried: agent `python* agent.py` exit 0 in * s"])
+    report = report_text(pytester)
+    shown: dict[str, set[str]] = {}
+    for text in (out, report):
+        for key, fp in re.findall(r"(US-\d::AC\d)(?::| \(fingerprint) `?([0-9a-f]{16})", text):
+            shown.setdefault(key, set()).add(fp)
+        for key, fp in re.findall(r"### (US-\d::AC\d): .*\n\n.*\n- fingerprint: `([0-9a-f]{16})`",
+                                  text):
+            shown.setdefault(key, set()).add(fp)
+    assert set(shown) == {"US-1::AC1", "US-2::AC1"}
+    assert all(len(fps) == 1 for fps in shown.values()), shown
+    (us1,) = shown["US-1::AC1"]
+    table = report[report.index("## Iterations"):report.index("## Failing criteria")]
+    assert table.count(f"US-1::AC1: `{us1}`") == 5  # the baseline and every iteration
+    blocked = report[report.index("### Blocked: US-1"):report.index("### Blocked: US-2")]
+    assert f"- Why: the same failure of US-1::AC1 (fingerprint {us1}) in 2 iterations" in blocked
+    assert f"- US-1::AC1 (fingerprint `{us1}`): " in blocked
+    assert "agent `python" in blocked and " agent.py` exit 0" in blocked
+
+
+def test_a_new_run_marks_what_earlier_runs_found_as_earlier(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path],
+        fixer: ScriptedAgent) -> None:
+    # A new run's prompt quoted the earlier run's "every criterion passes" from progress.txt
+    # after the code had been reset (with git), as if it were the state of the code now.
+    write_prd(story("US-001", *files_criteria("a.txt")))
+    first = pytester.runpytest_subprocess("--ralph", "--ralph-agent", fixer.command)
+    assert first.ret == 0, first.stdout.str()
+    (pytester.path / "a.txt").unlink()  # the code is reset
+    second = pytester.runpytest_subprocess("--ralph", "--ralph-agent", fixer.command)
+    assert second.ret == 0, second.stdout.str()
+    prompt = fixer.calls[1].prompt
+    progress = prompt.split("## Progress so far", 1)[1].split("\n## Rules", 1)[0]
+    marker = progress.index("From an earlier run (")
+    assert marker < progress.index("every criterion passes")
+    assert "the code may have changed since:" in progress
+    assert "This run:" not in progress  # the new run has no entry yet
+    earlier_id = run_ids(pytester)[0]
+    assert f", run {earlier_id}), the code may have changed since:" in progress
+
+
+def run_ids(pytester: pytest.Pytester) -> list[str]:
+    """The ids of the runs in the pytester folder's state folder, oldest first."""
+    return sorted(p.name for p in (pytester.path / ".pytest_ralph" / "runs").iterdir())
 
 
 def test_breaker_trips_after_exactly_three_agent_runs(
@@ -116,8 +224,8 @@ def test_success_on_the_last_allowed_iteration(pytester: pytest.Pytester, three_
     result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", fixer.command,
                                            "--ralph-max-iterations", "3")
     assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines(["[[]ralph iteration 3/3[]]", "*", "*",
-                                 "  Result: success: every criterion passes"])
+    result.stdout.fnmatch_lines(["[[]ralph iteration 3/3[]]", "*", "*", "*",
+                                 "  Result: complete (+1): every criterion passes"])
 
 
 def test_limit_exit_1(pytester: pytest.Pytester, three_files_prd: Path,
@@ -457,8 +565,9 @@ def test_agent_that_breaks_the_prd_gets_the_error_and_can_recover(
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines([
         "[[]ralph iteration 1/5[]]", "*", "*",
-        "  Result: failure: the checks could not run (invalid PRD */prd.json: 1 problem)",
-        "[[]ralph iteration 2/5[]]", "*", "*", "  Result: success: every criterion passes"])
+        "  Result: error: the checks could not run (invalid PRD */prd.json: 1 problem); failing "
+        "now: US-001::AC1, <check phase>",
+        "[[]ralph iteration 2/5[]]", "*", "*", "  Result: complete (+1): every criterion passes"])
     prompt = next((pytester.path / ".pytest_ralph" / "runs").glob("*/iteration-002/prompt.md"))
     text = prompt.read_text()
     assert "- [check phase] the checks could not run:" in text
@@ -502,7 +611,7 @@ def test_a_criterion_that_disappears_fails_instead_of_shrinking_the_goal(
     result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", agent.command,
                                            "--ralph-max-iterations", "1")
     assert result.ret == 1, result.stdout.str()
-    result.stdout.fnmatch_lines(["  Result: failure: 1 criterion failing (US-002::AC1)",
+    result.stdout.fnmatch_lines(["  Result: no change; failing now: US-002::AC1",
                                  "  State: 1/2 passing (+0)*"])
     assert "not checked: this criterion was in the PRD when the run started" in report_text(
         pytester)
@@ -518,7 +627,8 @@ def test_a_deleted_prd_is_a_failure(pytester: pytest.Pytester, write_prd: Callab
         "--ralph-max-iterations", "1")
     assert result.ret == 1
     result.stdout.fnmatch_lines([
-        "  Result: failure: the checks could not run (*)", "  State: 0/2 passing (-1)*",
+        "  Result: error: the checks could not run (*); failing now: US-001::AC1, US-002::AC1, "
+        "<check phase>", "  State: 0/2 passing (-1)*",
         "*with 2 criteria still failing and check-phase errors*"])
     assert "does not exist any more (deleted or moved)" in report_text(pytester)
 

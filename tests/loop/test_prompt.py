@@ -24,6 +24,8 @@ from pytest_ralph.loop.prompt import (
     excerpt,
     pick_story,
     render_failing,
+    render_goal,
+    render_progress,
     same_failure_counts,
     same_failure_step,
     template_path,
@@ -300,7 +302,7 @@ def test_check_phase_errors_are_shown(template: str) -> None:
     assert "(no story has failing criteria; fix the check-phase errors below)" in prompt
     assert "- [check phase] the checks could not run:" in prompt
     assert "      INTERNALERROR> boom" in prompt
-    assert "Make all 0 acceptance criteria" in prompt
+    assert "## Goal\nMake every acceptance criterion pass.\n" in prompt  # no "all 0 criteria"
 
 
 def test_check_phase_errors_follow_the_failing_criteria() -> None:
@@ -607,3 +609,84 @@ def test_same_failure_step_agrees_with_the_whole_history() -> None:
         step, previous = same_failure_step(step, previous, check), check
         assert step == same_failure_counts(history[:n])
     assert step == {"US-001::AC2": 3, "US-001::AC3": 2}
+
+
+# -- $goal -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("total", "passing", "stories", "goal"), [
+    # It used to read "Make all 1 acceptance criterion of 1 story pass. Now 0 of 1 pass."
+    (1, 0, 1, "Make the acceptance criterion pass. Now it fails."),
+    (1, 1, 1, "Make the acceptance criterion pass. Now it passes."),
+    (3, 0, 1, "Make all 3 acceptance criteria of the story pass. Now none of them passes."),
+    (3, 1, 2, "Make all 3 acceptance criteria of the 2 stories pass. Now 1 of 3 passes."),
+    (11, 9, 5, "Make all 11 acceptance criteria of the 5 stories pass. Now 9 of 11 pass."),
+    (0, 0, 1, "Make every acceptance criterion pass."),
+])
+def test_goal_reads_as_english(total: int, passing: int, stories: int, goal: str) -> None:
+    assert render_goal(total, passing, stories) == goal
+
+
+def test_goal_of_a_one_criterion_prd_in_the_prompt() -> None:
+    prd = _prd(_story("US-001", "a"))
+    prompt = build_prompt("$goal", _ctx(prd, _results(prd, {"US-001::AC1": "x"})))
+    assert prompt == "Make the acceptance criterion pass. Now it fails."
+
+
+# -- $progress: earlier runs ---------------------------------------------------------------------
+
+EARLIER = ("## 2026-11-29T10:00:00Z run 20261129-100000-aaaaaa iteration 3/5\n"
+           "story: US-001\n"
+           "result: complete (+1): every criterion passes (2/2)\n"
+           "## 2026-11-29T10:00:05Z run 20261129-100000-aaaaaa ended: complete (exit 0): every "
+           "criterion passes (2/2)\n")
+NOW = ("## 2026-11-30T16:13:45Z run 20261130-161344-78b56c iteration 1/5\n"
+       "story: US-001\n"
+       "result: no change: 0/2 passing; failing now: US-001::AC1, US-001::AC2\n")
+
+
+def test_progress_of_an_earlier_run_is_marked_as_such() -> None:
+    # A new run's prompt quoted an earlier run's "every criterion passes" after the code had
+    # been reset with git, as if it were the state of the code now.
+    out = render_progress(EARLIER + NOW, "20261130-161344-78b56c")
+    assert out == (
+        "From an earlier run (2026-11-29 10:00 UTC, run 20261129-100000-aaaaaa), the code may "
+        "have changed since:\n" + EARLIER + "This run:\n" + NOW.rstrip("\n"))
+
+
+def test_progress_of_this_run_alone_is_not_marked() -> None:
+    assert render_progress(NOW, "20261130-161344-78b56c") == NOW.rstrip("\n")
+
+
+def test_the_first_prompt_of_a_new_run_marks_every_entry_as_earlier() -> None:
+    prd = _prd(_story("US-001", "a", "b"))
+    ctx = replace(_ctx(prd, _results(prd, {"US-001::AC1": "x", "US-001::AC2": "y"}),
+                       progress=EARLIER + NOW), run="20261201-090000-cccccc")
+    prompt = build_prompt("$progress", ctx)
+    assert prompt.count("From an earlier run (") == 2
+    assert "This run:" not in prompt
+    # Every entry comes after its run's marker: none reads as the state of the code now.
+    first_entry = prompt.index("## 2026-11-29T10:00:00Z")
+    assert prompt.index("From an earlier run (2026-11-29 10:00 UTC") < first_entry
+    assert prompt.index("From an earlier run (2026-11-30 16:13 UTC") < prompt.index(
+        "## 2026-11-30T16:13:45Z")
+
+
+def test_without_a_run_id_every_entry_is_an_earlier_runs() -> None:
+    # The dry run, or a PromptContext a plugin builds without naming its run.
+    out = render_progress(EARLIER, "")
+    assert out.startswith("From an earlier run (2026-11-29 10:00 UTC, run 20261129-100000-aaaaaa)")
+
+
+def test_the_cut_start_of_an_entry_is_dropped_and_the_rest_kept_bounded() -> None:
+    progress = "why US-001::AC1: every criterion passes\n" * 200 + EARLIER * 40 + NOW
+    out = render_progress(progress, "20261130-161344-78b56c")
+    assert out.startswith("...\nFrom an earlier run (")
+    assert "why US-001::AC1" not in out  # the cut part of an entry whose run is not known
+    assert out.endswith(NOW.rstrip("\n"))
+    assert len(out) <= PROGRESS_CHARS + 200
+
+
+def test_progress_without_entries_is_kept_as_it_is() -> None:
+    assert render_progress("notes of my own\n", "r1") == "notes of my own"
+    assert render_progress("", "r1") == ""

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import re
 from pathlib import Path
 
 import pytest
 
 from pytest_ralph.agents.run import AgentRun
-from pytest_ralph.checks.fingerprint import fingerprint
+from pytest_ralph.checks.fingerprint import failure_fingerprint
 from pytest_ralph.checks.results import CheckResults, CriterionResult
 from pytest_ralph.loop.records import IterationRecord, RunRecord
 from pytest_ralph.loop.report import render_report, write_report
@@ -90,8 +91,7 @@ def _run(tmp_path: Path, status: str = "breaker", exit_code: int | None = 6,
 def test_header(tmp_path: Path) -> None:
     text = render_report(_run(tmp_path))
     assert text.startswith("# Ralph report: Acme\n")
-    assert "- Outcome: **breaker** (exit 6: circuit breaker tripped, or every remaining story " \
-           "blocked)" in text
+    assert "- Outcome: **breaker** (exit 6: circuit breaker tripped)\n" in text
     assert "- Stop reason: circuit breaker: the same failure in 3 iterations in a row" in text
     assert f"- PRD: `{tmp_path / 'prd.json'}` (json)" in text
     assert "- Agent: `claude -p '{prompt_file}'`" in text
@@ -131,13 +131,25 @@ def test_canonical_prd_header_has_no_dialect_line(tmp_path: Path) -> None:
     assert f"- PRD: `{tmp_path / 'prd.json'}` (json)\n- Agent: " in text
 
 
-@pytest.mark.parametrize(("status", "code", "meaning"), [
-    ("complete", 0, "complete"), ("limit", 1, "stopped at a limit"),
-    ("interrupted", 2, "interrupted"), ("agent-error", 7, "the agent could not run"),
+@pytest.mark.parametrize(("status", "code", "line"), [
+    # The exit code's meaning only where the status does not say it already (it used to
+    # read "complete (exit 0: complete)").
+    ("complete", 0, "- Outcome: **complete** (exit 0)\n"),
+    ("limit", 1, "- Outcome: **limit** (exit 1: stopped at a limit)\n"),
+    ("interrupted", 2, "- Outcome: **interrupted** (exit 2)\n"),
+    ("crashed", 3, "- Outcome: **crashed** (exit 3: internal error)\n"),
+    ("agent-error", 7, "- Outcome: **agent-error** (exit 7: the agent could not run)\n"),
 ])
-def test_outcome_line(tmp_path: Path, status: str, code: int, meaning: str) -> None:
-    text = render_report(_run(tmp_path, status, code))
-    assert f"- Outcome: **{status}** (exit {code}: {meaning})" in text
+def test_outcome_line(tmp_path: Path, status: str, code: int, line: str) -> None:
+    assert line in render_report(_run(tmp_path, status, code))
+
+
+def test_outcome_of_a_breaker_stop_says_which_one(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    run.reason = ("circuit breaker: the same failure in 3 iterations in a row; every remaining "
+                  "story is blocked (US-001: ...)")
+    assert ("- Outcome: **breaker** (exit 6: every story that still fails is blocked)\n"
+            in render_report(run))
 
 
 def test_outcome_without_an_exit_code_claims_nothing(tmp_path: Path) -> None:
@@ -175,10 +187,64 @@ def test_matrix_marks_stories_without_results(tmp_path: Path) -> None:
 def test_iteration_rows(tmp_path: Path) -> None:
     run = _run(tmp_path)
     text = render_report(run)
-    fp0 = run.iterations[0].results.fingerprint
-    fp3 = run.iterations[3].results.fingerprint
-    assert f"| 0 | - | baseline check | - | - | 1/4 | `{fp0}` | 0 |" in text
-    assert f"| 3 | US-001 | exit 0 | ok | 12.3 | 2/4 | `{fp3}` | 3 |" in text
+    login = failure_fingerprint("US-001::AC2", LOGIN_FAILURE)
+    logout = failure_fingerprint("US-002::AC1", "logout: exit status 1")
+    first = failure_fingerprint("US-001::AC1", "x")
+    assert ("| # | story | agent | outcome | seconds | passing | result | failures | streak | "
+            "cost, turns, tokens |") in text
+    assert (f"| 0 | - | baseline check | - | - | 1/4 | - | US-001::AC1: `{first}`, "
+            f"US-001::AC2: `{login}`, US-002::AC1: `{logout}` | - | - |") in text
+    assert (f"| 1 | US-001 | exit 0 | ok | 12.3 | 2/4 | progress (+1) | US-001::AC2: `{login}`, "
+            f"US-002::AC1: `{logout}` | 1 | - |") in text
+    assert (f"| 3 | US-001 | exit 0 | ok | 12.3 | 2/4 | no change | US-001::AC2: `{login}`, "
+            f"US-002::AC1: `{logout}` | 3 | - |") in text
+
+
+def test_iteration_rows_say_regression_and_a_passing_check_has_no_fingerprint(
+        tmp_path: Path) -> None:
+    run = _run(tmp_path, "complete", 0)
+    broke = _check({"US-001::AC1": "x", "US-001::AC2": LOGIN_FAILURE,
+                    "US-002::AC1": "logout: exit status 1"})
+    run.iterations[2] = dataclasses.replace(run.iterations[2], results=broke)
+    run.iterations[3] = dataclasses.replace(run.iterations[3], results=_check({}), streak=1)
+    text = render_report(run)
+    assert "| 2 | US-001 | exit 0 | ok | 12.3 | 1/4 | regression (-1) | US-001::AC1: " in text
+    # Every criterion passes: no fingerprint (it was the digest of nothing), no streak.
+    assert "| 3 | US-001 | exit 0 | ok | 12.3 | 4/4 | complete (+3) | - | - | - |" in text
+
+
+def test_a_failure_has_one_fingerprint_everywhere_in_the_report(tmp_path: Path) -> None:
+    # One unchanged failure used to appear under three fingerprints: its check's (the
+    # table), its own (the failing criteria) and its story's (the Blocked section).
+    run = _run(tmp_path)
+    run.reason = "circuit breaker: ...; every remaining story is blocked (US-001: ...)"
+    run.iterations[3].blocked = {"US-001": "the same failure of US-001::AC2 (...)"}
+    text = render_report(run)
+    login = failure_fingerprint("US-001::AC2", LOGIN_FAILURE)
+    table = text[text.index("## Iterations"):text.index("## Failing criteria")]
+    failing = text[text.index("## Failing criteria"):text.index("## Claimed")]
+    blocked = text[text.index("### Blocked: US-001"):text.index("What was tried")]
+    shown = set(re.findall(r"US-001::AC2: `([0-9a-f]{16})`", table))
+    assert shown == {login}
+    assert table.count(login) == 4  # the baseline and the three iterations
+    assert re.findall(r"### US-001::AC2: .*\n\n.*\n- fingerprint: `([0-9a-f]{16})`", failing) == [
+        login]
+    assert f"- US-001::AC2 (fingerprint `{login}`): E   assert 401 == 200" in blocked
+
+
+def test_fingerprints_shown_are_those_of_the_hook_texts_the_breaker_compared(
+        tmp_path: Path) -> None:
+    # With a pytest_ralph_fingerprint hook, the texts it gave (the iteration's signature)
+    # make the fingerprints, not the messages.
+    run = _run(tmp_path)
+    for it in run.iterations:
+        it.signature = tuple((c.key, "login: still 401" if c.key == "US-001::AC2" else "other")
+                             for c in it.results.failing)
+    text = render_report(run)
+    hooked = failure_fingerprint("US-001::AC2", "login: still 401", normalize=False)
+    assert hooked != failure_fingerprint("US-001::AC2", LOGIN_FAILURE)
+    assert f"US-001::AC2: `{hooked}`" in text
+    assert f"- fingerprint: `{hooked}`" in text
 
 
 def test_failing_criteria_with_fingerprints(tmp_path: Path) -> None:
@@ -186,9 +252,10 @@ def test_failing_criteria_with_fingerprints(tmp_path: Path) -> None:
     section = text[text.index("## Failing criteria (last check)"):]
     assert "### US-001::AC2: tests pass" in section
     assert "- node id: `prd.json::US-001::AC2`" in section
-    assert f"- fingerprint: `{fingerprint([('US-001::AC2', LOGIN_FAILURE)])}`" in section
+    assert f"- fingerprint: `{failure_fingerprint('US-001::AC2', LOGIN_FAILURE)}`" in section
     assert "### US-002::AC1: logout works" in section
-    assert f"- fingerprint: `{fingerprint([('US-002::AC1', 'logout: exit status 1')])}`" in section
+    assert (f"- fingerprint: `{failure_fingerprint('US-002::AC1', 'logout: exit status 1')}`"
+            in section)
     assert "E   assert 401 == 200" in section
     assert "### US-001::AC1" not in section  # fixed in iteration 1
 
@@ -252,7 +319,7 @@ def test_report_of_a_run_interrupted_during_the_baseline(tmp_path: Path) -> None
     run.iterations = []
     run.reason = "interrupted during iteration 0"
     text = render_report(run)
-    assert "- Outcome: **interrupted** (exit 2: interrupted)" in text
+    assert "- Outcome: **interrupted** (exit 2)\n" in text
     assert "- Iterations: 0 of at most 5" in text
     assert "- Criteria: 0/0 passing" in text
     assert "| story | title |  |" in text
@@ -293,3 +360,24 @@ def test_agent_error_escalates_with_the_agent_log(tmp_path: Path) -> None:
     text = render_report(run)
     assert "The agent did not run properly 3 times in a row" in text
     assert "LAST AGENT WORDS" in text
+
+
+def test_counts_are_written_with_the_right_plural(tmp_path: Path) -> None:
+    # "agent run(s)", "1 identical failures", "in 1 check in a row": counts read as English.
+    run = _run(tmp_path, breaker=1)
+    one = _agent(tmp_path, "rate-limited", 1)
+    run.attempts = [(2, one, 30.0)]
+    run.iterations[3].blocked = {"US-002": "worked on in 3 iterations and still failing"}
+    run.iterations[2] = dataclasses.replace(
+        run.iterations[2], results=_check({"US-001::AC2": LOGIN_FAILURE,
+                                           "US-002::AC1": "logout: another failure"}))
+    text = render_report(run)
+    assert "breaker after 1 identical failure\n" in text
+    assert "- Rate limits: 1 agent run rate-limited, 30 s paused in total" in text
+    blocked = text[text.index("### Blocked: US-002"):]
+    # Failed so only in the last check: no "in 1 check in a row".
+    assert "- US-002::AC1 (fingerprint `" in blocked
+    assert blocked.split("\n- US-002::AC1", 1)[1].split("\n", 1)[0].endswith(
+        "logout: exit status 1")
+    run.attempts.append((3, one, 10.0))
+    assert "- Rate limits: 2 agent runs rate-limited, 40 s paused in total" in render_report(run)

@@ -96,6 +96,20 @@ def test_a_breaker_of_one_names_a_single_iteration() -> None:
                           "iteration in a row (iteration 7); the agent is not making progress")
 
 
+def test_the_breaker_names_each_failure_with_its_own_fingerprint() -> None:
+    # The fingerprint shown is the failure's, the one the report shows beside it; with
+    # several failures, each is named (their set's digest is shown nowhere else).
+    one = decide_stop(ctx(streak=3, failures=(("US-1::AC1", FP),)))
+    assert one.reason.startswith(f"circuit breaker: the same failure of US-1::AC1 (fingerprint "
+                                 f"{FP}) in 3 iterations in a row (iterations 2-4)")
+    two = decide_stop(ctx(streak=3, fingerprint="f" * 16,
+                          failures=(("US-1::AC1", "a" * 16), ("<check>", "b" * 16))))
+    assert two.reason.startswith(
+        f"circuit breaker: the same failures of US-1::AC1 (fingerprint {'a' * 16}) and the "
+        f"check phase (fingerprint {'b' * 16}) in 3 iterations")
+    assert "f" * 16 not in two.reason
+
+
 def test_a_newly_blocked_story_changes_course_instead_of_tripping() -> None:
     # The breaker's count would trip, but the iteration blocked US-1 and US-2 is left to
     # work on: the loop goes on with US-2 (its count starts again in the loop).
@@ -147,7 +161,7 @@ def test_agent_errors_stop_at_exactly_the_limit() -> None:
     c = ctx(error_streak=3, agent=agent("exit-nonzero", 2))
     got = decide_stop(c)
     assert got == StopDecision(
-        True, "the agent did not run properly in 3 iterations in a row (last: agent `claude` "
+        True, "the agent did not run properly in 3 iterations in a row (last: agent `claude -p` "
               f"exit 2 in 12.3 s); see {LOG}", "agent-error")
     assert got.exit_code == 7 and got.escalate == ""
 
@@ -155,7 +169,7 @@ def test_agent_errors_stop_at_exactly_the_limit() -> None:
 def test_one_agent_error_allowed_is_named_in_the_singular() -> None:
     got = decide_stop(ctx(error_streak=1, agent_errors=1, agent=agent("not-found", None)))
     assert got.reason.startswith("the agent did not run properly in 1 iteration in a row "
-                                 "(last: agent `claude` not found in 12.3 s)")
+                                 "(last: agent `claude -p` not found in 12.3 s)")
 
 
 def test_agent_errors_come_before_blocked_stories_and_the_breaker() -> None:

@@ -462,7 +462,7 @@ def test_a_broken_prd_with_workers(tmp_path: Path) -> None:
     broken = good.replace('"userStories"', '"userStories",', 1)
     par = compare(tmp_path, stories, [{"prd.json": broken}, {"prd.json": good, "a.txt": "x"}])
     assert par["code"] == 0
-    assert any(line.startswith("  Result: failure: the checks could not run (invalid PRD ")
+    assert any(line.startswith("  Result: error: the checks could not run (invalid PRD ")
                for line in par["stdout"])
     (error,) = par["checks"]["iteration-001/check.json"]["errors"]
     assert error.startswith("collection error in prd.json:\ninvalid PRD <root>/prd.json")

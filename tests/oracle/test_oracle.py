@@ -644,7 +644,7 @@ def test_agent_rewrites_a_run_command_to_true(pytester: pytest.Pytester,
     assert result.ret == 6, out
     assert agent_runs(pytester) == 3
     result.stdout.fnmatch_lines([
-        "[[]ralph iteration 1/5[]]", "*Result: failure: 1 criterion failing (US-001::AC1)",
+        "[[]ralph iteration 1/5[]]", "*Result: no change; failing now: US-001::AC1",
         "*Criteria changed: criterion US-001::AC1 changed; not counted as progress*"])
     assert "refuses to report completion until they are restored" in out
     assert json.loads(prd.read_text())["userStories"][0]["passes"] is False
@@ -772,7 +772,7 @@ def test_agent_adds_a_config_file_beside_a_linked_test(pytester: pytest.Pytester
                                            "--ralph-allow-criteria-edits",
                                            "--ralph-max-iterations", "1")
     assert result.ret == 1, result.stdout.str()
-    result.stdout.fnmatch_lines(["*Result: failure: 1 criterion failing (US-001::AC1)"])
+    result.stdout.fnmatch_lines(["*Result: no change; failing now: US-001::AC1"])
 
 
 def test_restoring_the_oracle_lets_the_run_complete(pytester: pytest.Pytester,

@@ -147,7 +147,7 @@ def test_a_plugin_given_with_p_reaches_the_check_phase(
     result = pytester.runpytest_subprocess("--ralph", "-p", "wordplugin", "--ralph-agent",
                                            command, "-o", "ralph_max_iterations=4")
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
-    result.stdout.fnmatch_lines(["  Result: failure: 1 criterion failing (US-001::AC1)",
+    result.stdout.fnmatch_lines(["  Result: no change; failing now: US-001::AC1",
                                  "pytest-ralph: complete (exit 0) after 3 iterations*"])
     assert "no check for the kind" not in result.stdout.str()
 

@@ -145,7 +145,7 @@ STORY = "US-1"
 #: Signs an outcome is searched for (:meth:`Outcome.text`).
 CHANGED = "Criteria changed: "
 EROFS = "Read-only file system"
-FAILING = "Result: failure"
+FAILING = "; failing now: "
 COMPLETE = "complete (exit 0)"
 ACCEPT = "--ralph-accept-changes"
 
@@ -230,7 +230,7 @@ class Step:
             baseline = " at the baseline" if "passed at the baseline check" in self.output else ""
             written = ", passes: true written" if STORY in self.passes else ""
             return f"{warned}complete{baseline}{written}"
-        failing = _first(r"Result: failure: (.*)", self.output) or _first(
+        failing = _first(r"Result: .*; failing now: (.*)", self.output) or _first(
             r"criteria passing; failing: (.*)", self.output)
         return f"{warned}failing: {_cut(failing, 90)}" if failing else warned.rstrip("; ")
 
