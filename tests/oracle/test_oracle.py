@@ -982,11 +982,12 @@ def test_agent_shadows_a_standard_library_module_pytest_imports_late(
 
 
 # Plants, where a check phase's PYTHONPYCACHEPREFIX would find it (the shared folder, and
-# any run's own folder it can see), bytecode for the installed _pytest/reports.py: the real
-# source's size and modification time in the header, and a patch that makes every test
-# report pass. Issue 20: this completed runs, and later an unrelated project's.
+# any run's own folder it can see in the temporary folder), bytecode for the installed
+# _pytest/reports.py: the real source's size and modification time in the header, and a
+# patch that makes every test report pass. Issue 20: this completed runs, and later an
+# unrelated project's.
 PYC_POISON = r"""
-import glob, importlib.util, marshal, os, struct, sys
+import glob, importlib.util, marshal, os, struct, sys, tempfile
 import _pytest.reports as reports
 source = reports.__file__
 st = os.stat(source)
@@ -1002,7 +1003,8 @@ patch = (
     "TestReport.from_item_and_call = staticmethod(_passed)\n")
 code = open(source).read() + patch
 name = os.path.basename(source)[:-3] + "." + sys.implementation.cache_tag + ".pyc"
-folders = [os.environ.get("PYTEST_RALPH_PYCACHE", "")] + glob.glob("/tmp/pytest-ralph-*")
+runs = glob.glob(os.path.join(tempfile.gettempdir(), "pytest-ralph-*"))
+folders = [os.environ.get("PYTEST_RALPH_PYCACHE", "")] + runs
 for prefix in [f for f in folders if f]:
     target = prefix + os.path.dirname(source) + "/" + name
     try:
@@ -1022,8 +1024,15 @@ def test_bytecode_planted_for_an_installed_module_is_never_loaded(
         tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only the loop writes the bytecode the check phases load: confined, the agent cannot
     write the shared folder; unconfined, the run's own folder is checked before each phase
-    and the shared one is never read."""
+    and the shared one is never read.
+
+    The run's temporary folder is one of this test's own: the cheat poisons every
+    ``pytest-ralph-*`` folder it finds there, and in ``/tmp`` it would poison the private
+    bytecode folders of the other tests' check processes that run at the same time (seen
+    once in CI: a skipped test of another worker ran and was reported passed)."""
     shared = tmp_path_factory.mktemp("shared-bytecode")
+    tmp = tmp_path_factory.mktemp("tmp")
+    monkeypatch.setenv("TMPDIR", str(tmp))
     monkeypatch.setenv("PYTEST_RALPH_PYCACHE", str(shared))
     pytester.makepyfile(test_feature=FAILING_TEST)
     write_prd(story("US-001", {"text": "feature works", "pytest": "test_feature.py"}))
@@ -1037,6 +1046,8 @@ def test_bytecode_planted_for_an_installed_module_is_never_loaded(
     planted = [p for p in shared.rglob("reports.*.pyc") if b"_passed" in p.read_bytes()]
     if sandbox == "required":  # the agent's /tmp is its own: nothing reached the real folder
         assert planted == []
+    else:  # unconfined, it reached the run's own folder, and that was never loaded either
+        assert f"poisoned {tmp}/pytest-ralph-" in logs, logs
     # Nothing of the project's own is kept in the shared folder either.
     root = pytester.path.resolve()
     assert not (shared / root.relative_to(root.anchor)).exists()
