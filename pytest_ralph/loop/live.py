@@ -169,12 +169,6 @@ class _Phase:
                     + (f", {failing} failing" if failing else ""))
         return ""
 
-    def last_event(self) -> str:
-        """The agent's last event (``Bash `pytest -q` ``), or the check's progress."""
-        if self.activity is not None:
-            return self.activity.snapshot().last_event()
-        return self.what()
-
 
 class LiveView:
     """Shows that the loop is alive while a phase runs (see the module docstring).
@@ -204,7 +198,8 @@ class LiveView:
         self._shown = False  # a status line is on the terminal
         self._broken = False  # the console is closed
         self._current: _Phase | None = None
-        self._last_event = ""
+        self._last_event = ""  # the last agent phase's last event
+        self._log: Path | None = None  # the last agent phase's log
 
     # -- the console ------------------------------------------------------------------------
 
@@ -258,14 +253,18 @@ class LiveView:
         """Write ``live.json`` (redacted); errors are ignored (the record is information)."""
         if self.folder is None or phase is None:
             return
-        event = phase.last_event() or self._last_event
-        self._last_event = event
-        record = {"phase": phase.name if running else "between phases", "title": phase.title,
+        if phase.activity is not None:  # the agent's last event; a check phase keeps it
+            self._last_event = phase.activity.snapshot().last_event()
+        event = self._last_event
+        if phase.log_path is not None:
+            self._log = phase.log_path
+        record = {"phase": phase.name if running else "between phases",
+                  "last_phase": phase.name, "title": phase.title,
                   "running": running, "started": phase.started_at.isoformat(),
                   "elapsed": round(time.monotonic() - phase.started, 1),
                   "updated": _dt.datetime.now(_dt.timezone.utc).isoformat(),
                   "what": phase.what(), "last_event": event,
-                  "log": str(phase.log_path) if phase.log_path else None, "pid": os.getpid()}
+                  "log": str(self._log) if self._log else None, "pid": os.getpid()}
         with contextlib.suppress(OSError, ValueError):
             atomic_write_text(self.folder / LIVE_NAME,
                               json.dumps(self.redactor.json(record), indent=1) + "\n")
@@ -294,6 +293,8 @@ class LiveView:
             The phase: hand its ``progress_file`` to the check phase.
         """
         current = _Phase(name, self.title, log_path, activity, total)
+        if activity is not None:
+            self._last_event = ""
         stop = threading.Event()
         thread = threading.Thread(target=self._run, args=(current, stop),
                                   name="pytest-ralph-live", daemon=True)
