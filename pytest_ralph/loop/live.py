@@ -162,7 +162,7 @@ class _Phase:
             return self.activity.summary()
         if self.name == "check":
             p = self.progress
-            total = max(self.total, p.collected if p else 0)
+            total = p.collected if p is not None and p.collected else self.total
             checked = p.checked if p else 0
             failing = p.failing if p else 0
             return (f"{checked}/{total or '?'} criteria checked"
