@@ -24,6 +24,10 @@ Cases (``--only P1,P5`` selects cases; a prefix selects its sub-cases, ``P7`` = 
   plus a prebuilt jsonschema validator of the package's own schema: ratio <= 0.2 (the ratio
   to ``json.loads`` alone is shown as information)
 - P7b ``load_prd`` of a 1.4 MB YAML PRD vs the pure-Python ``yaml.safe_load``: ratio <= 0.5
+- P10a a loop with the live view's heartbeat (every second) and ``--ralph-echo`` on vs off
+      (``-q --ralph-heartbeat 0``): ratio <= 1.05
+- P10b the controller's CPU time while an agent sleeps 20 s, over those 20 s: ratio <= 0.02
+      (2% of one core)
 
 Modes: the default (full) exits 1 on any FAIL. ``--quick`` uses smaller sizes and fewer
 repetitions (about 2 minutes) and fails only when a figure is more than twice its target
@@ -84,6 +88,9 @@ class Sizes:
     p7_bytes: int
     p7_reps: int
     warmup: bool           # one untimed run of each side first (page cache, .pyc files)
+    p10_iterations: int = 3  # P10a: loop iterations per run
+    p10_agent: float = 1.5   # P10a: seconds each agent run works
+    p10_sleep: float = 20.0  # P10b: seconds the agent sleeps
 
 
 FULL = Sizes("full", reps=5, p1_items=10_000, p2_criteria=20_000, p2_failing=3_000,
@@ -91,10 +98,12 @@ FULL = Sizes("full", reps=5, p1_items=10_000, p2_criteria=20_000, p2_failing=3_0
              p6_runs=30, p7_bytes=1_400_000, p7_reps=7, warmup=True)
 QUICK = Sizes("quick", reps=3, p1_items=2_000, p2_criteria=4_000, p2_failing=600,
               p3_iterations=5, p4_sleep=1.0, p4_reps=2, p5a_iterations=50, p5b_mb=50,
-              p6_runs=15, p7_bytes=350_000, p7_reps=3, warmup=True)
+              p6_runs=15, p7_bytes=350_000, p7_reps=3, warmup=True, p10_iterations=2,
+              p10_sleep=10.0)
 SELFTEST = Sizes("selftest", reps=1, p1_items=100, p2_criteria=200, p2_failing=30,
                  p3_iterations=2, p4_sleep=0.1, p4_reps=1, p5a_iterations=12, p5b_mb=2,
-                 p6_runs=3, p7_bytes=20_000, p7_reps=1, warmup=False)
+                 p6_runs=3, p7_bytes=20_000, p7_reps=1, warmup=False, p10_iterations=1,
+                 p10_agent=0.5, p10_sleep=2.0)
 
 
 @dataclass(frozen=True)
@@ -859,20 +868,128 @@ def case_p7(ctx: Context) -> list[Result]:
 
 
 # ---------------------------------------------------------------------------------------------
+# P10: the live view
+
+
+#: P10's agent: prints a line every 0.1 s for argv[1] seconds (so that ``--ralph-echo`` has
+#: something to echo and the heartbeat ticks while it works), then, with argv[2], writes
+#: ``sleeping`` and sleeps argv[2] seconds, then writes ``woke``.
+LIVE_AGENT = '''\
+import sys, time
+end = time.monotonic() + float(sys.argv[1])
+n = 0
+while time.monotonic() < end:
+    n += 1
+    print(f"agent working, line {n}", flush=True)
+    time.sleep(0.1)
+if len(sys.argv) > 2:
+    open("sleeping", "w").write("")
+    time.sleep(float(sys.argv[2]))
+    open("woke", "w").write("")
+'''
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The user + system CPU seconds of process ``pid`` alone (its threads, not its
+    children), from ``/proc/PID/stat``."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _loud_loop(*extra: str) -> list[str]:
+    """:func:`loop_argv` without ``-q`` (which keeps the live view quiet)."""
+    return [PY, "-m", "pytest", "-p", "no:cacheprovider", "--ralph", "--ralph-prd", "prd.json",
+            *extra]
+
+
+def case_p10(ctx: Context) -> list[Result]:
+    """P10a: ``pytest --ralph`` for K iterations whose agent works (prints a line every
+    0.1 s) for a second or two, 10 cheap ``run`` criteria half failing, with the live view's
+    heartbeat every second and ``--ralph-echo`` vs with neither (``-q --ralph-heartbeat 0``;
+    the live view's thread still writes ``live.json``): target ratio <= 1.05.
+
+    P10b: one iteration whose agent sleeps S seconds (20 in full mode), heartbeat every
+    second and ``--ralph-echo`` on: the controller process's own CPU time (``/proc/PID/stat``
+    utime + stime, its threads included, its children not) from when the agent starts
+    sleeping to when it wakes, over the wall time of that sleep: target ratio <= 0.02 (2% of
+    one core: no busy polling)."""
+    k = ctx.sizes.p10_iterations
+    crits: list[Any] = []
+    for i in range(5):
+        crits += [{"run": "true"}, {"run": f"test -f missing-{i}.txt"}]
+    template = project(ctx.root / "p10-template", stories_of(crits, per_story=5))
+    (template / "agent.py").write_text(LIVE_AGENT, encoding="utf-8")
+    agent = f"{shlex.quote(PY)} agent.py {ctx.sizes.p10_agent:g}"
+    common = ("--ralph-agent", agent, "--ralph-max-iterations", str(k), "--ralph-breaker",
+              "1000")
+    on = _loud_loop(*common, "--ralph-heartbeat", "1", "--ralph-echo")
+    off = loop_argv(*common, "--ralph-heartbeat", "0")  # loop_argv has -q
+
+    def looped(argv: list[str], beats: bool) -> Callable[[int], float]:
+        def once(i: int) -> float:
+            folder = copy_project(template, ctx.root / "p10-loop")
+            elapsed, out = run(argv, folder, ctx.env, expect=1,
+                               must_say=f"[ralph iteration {k}/{k}]")
+            if beats != ("agent working, line 1" in out):
+                raise BenchError(f"--ralph-echo {'missing' if beats else 'unexpected'}: "
+                                 f"{out[-800:]!r}")
+            return elapsed
+        return once
+
+    a, b = interleave(ctx.reps(ctx.sizes.reps), looped(on, True), looped(off, False),
+                      warmup=ctx.sizes.warmup)
+    p10a = timed_pair("P10a", f"{k} loop iterations, live view heartbeat 1 s + --ralph-echo "
+                              f"vs -q --ralph-heartbeat 0 (median of {len(a)})",
+                      Target("ratio", 1.05), a, b)
+    sleep = ctx.sizes.p10_sleep
+    target = Target("ratio", 0.02)
+    what = f"controller CPU while the agent sleeps {sleep:g} s (heartbeat 1 s, echo on)"
+    if not Path("/proc/self/stat").exists():
+        return [p10a, Result("P10b", target, what, verdict="SKIP (no /proc)")]
+    folder = copy_project(template, ctx.root / "p10b")
+    argv = _loud_loop("--ralph-agent", f"{shlex.quote(PY)} agent.py 0.2 {sleep:g}",
+                     "--ralph-max-iterations", "1", "--ralph-heartbeat", "1", "--ralph-echo")
+    proc = subprocess.Popen(argv, cwd=folder, env=ctx.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120 + sleep
+        while not (folder / "sleeping").exists():
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise BenchError("P10b: the agent never started sleeping")
+            time.sleep(0.01)
+        cpu0, wall0 = _cpu_seconds(proc.pid), time.monotonic()
+        while not (folder / "woke").exists():
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise BenchError("P10b: the agent never woke")
+            time.sleep(0.01)
+        cpu1, wall1 = _cpu_seconds(proc.pid), time.monotonic()
+    finally:
+        out, _ = proc.communicate(timeout=300)
+    if proc.returncode != 1 or b"pytest-ralph: [ralph iteration 1/1] agent " not in out:
+        raise BenchError(f"P10b: exit {proc.returncode}, no heartbeat line: {out[-800:]!r}")
+    cpu, wall = cpu1 - cpu0, wall1 - wall0
+    p10b = Result("P10b", target, what, figure=cpu, reference=wall, ratio=_ratio(cpu, wall),
+                  note=f"{100 * cpu / wall:.2f}% of one core" if wall > 0 else "")
+    return [p10a, p10b]
+
+
+# ---------------------------------------------------------------------------------------------
 # Main
 
 CASES: dict[str, Callable[[Context], list[Result]]] = {
     "P1": case_p1, "P2": case_p2, "P3": case_p3, "P4": case_p4, "P5a": case_p5a,
-    "P5b": case_p5b, "P6": case_p6, "P7": case_p7,
+    "P5b": case_p5b, "P6": case_p6, "P7": case_p7, "P10": case_p10,
 }
 #: The lines each case prints, for --only and for ERROR lines.
 LINES = {"P1": ["P1"], "P2": ["P2"], "P3": ["P3"], "P4": ["P4"], "P5a": ["P5a"],
-         "P5b": ["P5b"], "P6": ["P6a", "P6b"], "P7": ["P7a", "P7b"]}
+         "P5b": ["P5b"], "P6": ["P6a", "P6b"], "P7": ["P7a", "P7b"], "P10": ["P10a", "P10b"]}
 TARGETS = {"P1": Target("ratio", 1.0), "P2": Target("ratio", 1.5), "P3": Target("ratio", 1.15),
            "P4": Target("ratio", 0.6), "P5a": Target("figure", 5.0, "MB"),
            "P5b": Target("figure", 80.0, "MB"), "P6a": Target("figure", 0.1, "s"),
            "P6b": Target("figure", 0.1, "s"), "P7a": Target("ratio", 0.2),
-           "P7b": Target("ratio", 0.5)}
+           "P7b": Target("ratio", 0.5), "P10a": Target("ratio", 1.05),
+           "P10b": Target("ratio", 0.02)}
 
 
 def select(only: str | None) -> list[str]:

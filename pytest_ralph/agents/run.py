@@ -243,14 +243,20 @@ LOG_PENDING_BYTES = 64 * 1024
 
 class _Output:
     """Where the agent's output goes while it runs: the log file (secrets redacted, stdout
-    and stderr interleaved as they come), stdout lines to the CLI's output reader, and the
-    last lines of stderr. Memory stays bounded whatever the output's size."""
+    and stderr interleaved as they come, flushed at each write so that ``tail -f`` shows it),
+    stdout lines to the CLI's output reader (and ``on_stdout_line``), what the log gets to
+    ``on_log`` too, and the last lines of stderr. Memory stays bounded whatever the output's
+    size."""
 
     def __init__(self, log: IO[bytes], reader: OutputReader | None,
-                 redactor: Redactor | None) -> None:
+                 redactor: Redactor | None, *,
+                 on_log: Callable[[bytes], None] | None = None,
+                 on_stdout_line: Callable[[bytes], None] | None = None) -> None:
         self.log = log
         self.lock = threading.Lock()
         self.reader = reader
+        self.on_log = on_log
+        self.on_stdout_line = on_stdout_line
         self.redact = {name: (redactor.fresh() if redactor else None)
                        for name in ("out", "err")}
         self.pending = {"out": b"", "err": b""}
@@ -262,6 +268,9 @@ class _Output:
         if self.reader is not None:
             with contextlib.suppress(Exception):  # a reader must never stop the loop
                 self.reader.feed_stdout(line)
+        if self.on_stdout_line is not None:
+            with contextlib.suppress(Exception):  # nor a live view
+                self.on_stdout_line(line)
 
     def _stderr_line(self, line: bytes) -> None:
         self.stderr_tail.append(line.decode("utf-8", "replace"))
@@ -272,14 +281,18 @@ class _Output:
         :data:`LOG_PENDING_BYTES` (or ``end``)."""
         r = self.redact[stream]
         data = r.stream(chunk) if r is not None else chunk
-        if end and r is not None:
-            data += r.flush()
+        if r is not None:
+            data += r.flush() if end else r.line_end()
         data = self.pending[stream] + data
         cut = len(data) if end or len(data) > LOG_PENDING_BYTES else data.rfind(b"\n") + 1
         self.pending[stream] = data[cut:]
         if cut:
             with self.lock, contextlib.suppress(OSError, ValueError):
                 self.log.write(data[:cut])
+                self.log.flush()  # live: a reader of the log sees each line as it comes
+            if self.on_log is not None:
+                with contextlib.suppress(Exception):  # a closed console never stops the run
+                    self.on_log(data[:cut])
 
     def stdout(self, chunk: bytes) -> None:
         self._write("out", chunk)
@@ -309,6 +322,8 @@ def run_agent(
     redactor: Redactor | None = None,
     sandbox: Sandbox | None = None,
     confinement: Confinement | None = None,
+    on_log: Callable[[bytes], None] | None = None,
+    on_stdout_line: Callable[[bytes], None] | None = None,
 ) -> AgentRun:
     """Write ``prompt`` to ``prompt_file``, then run the agent with the prompt on stdin.
 
@@ -318,8 +333,9 @@ def run_agent(
     process the agent started when it ends, ``setsid`` or not.
 
     The agent's stdout and stderr are streamed into ``log_path`` while it runs (never held
-    whole in memory); stdout lines also go to ``reader``, the CLI's structured-output
-    reader (:mod:`pytest_ralph.agents.readers`), which classifies the run: an ``api-error`` or
+    whole in memory; each line is flushed as it comes, so ``tail -f`` follows it); stdout
+    lines also go to ``reader``, the CLI's structured-output reader
+    (:mod:`pytest_ralph.agents.readers`), which classifies the run: an ``api-error`` or
     ``rate-limited`` verdict wins over the exit code (Claude Code reports an API error with
     ``is_error: true``, formerly with exit 0). Otherwise exit 0 is ``ok``, a signal
     ``crash``, any other status ``exit-nonzero``; the timeout gives ``timeout``.
@@ -337,6 +353,12 @@ def run_agent(
         redactor: replaces secret values in the log, or ``None``.
         sandbox: the loop's sandbox, or ``None`` (unconfined).
         confinement: what the agent may write when ``sandbox`` confines (required then).
+        on_log: called with each piece of output the log gets (bytes, redacted, whole lines
+            but at the end or for a line over :data:`LOG_PENDING_BYTES`), as it comes, from
+            the thread that read it: ``--ralph-echo``. Its errors are ignored.
+        on_stdout_line: called with each stdout line (bytes, not redacted, cut to
+            :data:`pytest_ralph.agents.readers.MAX_LINE_BYTES`), as it comes, from the
+            reading thread: the live view's activity model. Its errors are ignored.
 
     Raises:
         KeyboardInterrupt: after the agent's process group has been killed.
@@ -347,7 +369,7 @@ def run_agent(
     run_env.update(env or {})
     run_env[CONTROLLER_ENV] = "1"
     with log_path.open("w+b") as log:
-        sink = _Output(log, reader, redactor)
+        sink = _Output(log, reader, redactor, on_log=on_log, on_stdout_line=on_stdout_line)
         try:
             if sandbox is not None and sandbox.confined:
                 if confinement is None:

@@ -25,7 +25,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,15 @@ from typing import Any
 from ..oracle.bytecode import TrustedBytecode
 from ..oracle.phasewatch import write_judges
 from ..sandbox.bwrap import Sandbox, check_confinement, exit_status, wrap
-from ..util.env import CHILD_ENV, IMPORTS_ENV, JUDGES_ENV, PYCACHE_ENV, WORKER_ROOTDIR_ENV
+from ..util.env import (
+    CHILD_ENV,
+    IMPORTS_ENV,
+    JUDGES_ENV,
+    PROGRESS_ENV,
+    PROGRESS_PLUGIN,
+    PYCACHE_ENV,
+    WORKER_ROOTDIR_ENV,
+)
 from ..util.process import Finished, read_tail, run_in_group, supervised
 from ..util.redact import Redactor, redact_file, redact_json_file
 from .results import CheckResults, CriterionResult, read_results
@@ -393,7 +401,8 @@ class CheckPhaseConfig:
         return argv + list(self.extra_args)
 
 
-def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
+def run_check_phase(config: CheckPhaseConfig, out_dir: Path, *,
+                    progress: Callable[[Path], None] | None = None) -> CheckResults:
     """Check every criterion in a child pytest; keep ``check.json``, ``check.log`` and
     ``check.xml`` in ``out_dir``, redacted, and return the results redacted
     (:meth:`pytest_ralph.checks.results.CheckResults.redacted`).
@@ -405,6 +414,10 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
     :class:`CheckResults` whose ``errors`` say so: a broken check phase is a failure, never
     a pass. Results found after the child was killed by a signal are not used: something
     else may have written them.
+
+    ``progress``, when given, is called with the path of a JSON-lines file the child writes
+    its progress to as it checks (:mod:`pytest_ralph.plugin.progress`), before the child
+    starts: for the live view only, never for a verdict (the code under test can write it).
 
     Raises:
         KeyboardInterrupt: after the child's process group has been killed.
@@ -447,6 +460,13 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path) -> CheckResults:
             empty_ini = Path(private) / "pytest.ini"
             empty_ini.write_text(EMPTY_INI, encoding="utf-8")
         argv = config.argv(results_path, junit_path, empty_ini)
+        env.pop(PROGRESS_ENV, None)
+        if progress is not None:  # display only (see pytest_ralph.plugin.progress)
+            progress_path = Path(private) / "progress.jsonl"
+            progress_path.touch()
+            env[PROGRESS_ENV] = str(progress_path)
+            argv += ["-p", PROGRESS_PLUGIN]
+            progress(progress_path)
         private_bytecode(env, pycache)
         argv = confined_argv(config, argv, Path(private), Path(pycache))
         redactor = Redactor.from_env()

@@ -10,11 +10,13 @@ This module does not import pytest.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 from pathlib import Path
 
 from ..claude.arming import MarkerError, read_marker
-from ..state.folder import DB_NAME
+from ..loop.live import read_live
+from ..state.folder import DB_NAME, RUNS_DIR
 from ..state.history import History
 from ..state.records import HistoryError, NoHistory, StoredRun
 from .control import EXIT_HISTORY_ERROR, Lock, current_run, folder_lock, loop_runs, where
@@ -52,19 +54,54 @@ def status(state_root: Path, *, now: _dt.datetime | None = None) -> tuple[int, s
         run = current_run(history, lock) or history.last_run()
         if run is None:
             return 0, f"pytest-ralph: no runs yet in {state_root}"
-        lines = _render(history, run, lock, now or _dt.datetime.now(_dt.timezone.utc))
+        lines = _render(history, run, lock, now or _dt.datetime.now(_dt.timezone.utc),
+                        state_root)
         lines += _others(history, run, lock)
         return 0, "\n".join(lines)
 
 
-def _render(history: History, run: StoredRun, lock: Lock, now: _dt.datetime) -> list[str]:
+def _live(folder: Path, now: _dt.datetime) -> list[str]:
+    """The ``live:`` line of a running run, from the live-state record in its ``folder``
+    (:func:`pytest_ralph.loop.live.read_live`): the phase running and for how long (up to
+    ``now``), what it did so far, the agent's last event and its log; none without a
+    record."""
+    rec = read_live(folder)
+    if rec is None:
+        return []
+
+    def text(key: str) -> str:
+        value = rec.get(key)
+        return " ".join(value.split())[:300] if isinstance(value, str) else ""
+
+    elapsed = rec.get("elapsed")
+    seconds = float(elapsed) if isinstance(elapsed, (int, float)) and not isinstance(
+        elapsed, bool) and 0 <= elapsed < 1e9 else 0.0
+    with contextlib.suppress(ValueError, TypeError, OverflowError):
+        updated = _dt.datetime.fromisoformat(text("updated"))
+        if rec.get("running") is True:
+            seconds += max((now - updated).total_seconds(), 0.0)
+    what, event, log = text("what"), text("last_event"), text("log")
+    if rec.get("running") is True:
+        head = (f"  live: {text('phase') or '?'} running for {_duration(seconds)}"
+                + (f" in {text('title')}" if text("title") else "") + (f": {what}" if what
+                                                                       else ""))
+    else:
+        head = (f"  live: between phases (after the {text('last_phase') or '?'} phase"
+                + (f" of {text('title')}" if text("title") else "") + ")")
+    return [head + (f"; last event: {event}" if event and event != what else "")
+            + (f"; log {log}" if log else "")]
+
+
+def _render(history: History, run: StoredRun, lock: Lock, now: _dt.datetime,
+            state_root: Path) -> list[str]:
     """The status lines of ``run``: its id and PRD; its state (running here or elsewhere,
     crashed, ended, resumable, or a Claude Code run: driven by a session, armed, its arming
     file damaged) and exit code; its progress (iterations of ``max_iterations``), start and
     time spent (up to ``now`` while it runs); its reason and a cancel request; after its last
     check, the criteria passing per story, the failing ones (ten at most), the
     identical-failure and agent-error streaks and the blocked stories; the agent's cost, the
-    rate-limited runs, and its last agent run.
+    rate-limited runs, and its last agent run. A run whose loop runs here also gets its
+    ``live:`` line (:func:`_live`) from the run's folder in ``state_root``.
 
     ``lock`` is what the state folder's lock says
     (:func:`pytest_ralph.commands.control.folder_lock`); ``now`` is the current time (UTC).
@@ -123,6 +160,8 @@ def _render(history: History, run: StoredRun, lock: Lock, now: _dt.datetime) -> 
                                       else ""),
              f"  {progress}; started {run.started.strftime('%Y-%m-%d %H:%M:%S UTC')}; time "
              f"spent {_duration((end - run.started).total_seconds())}"]
+    if running:
+        lines += _live(state_root / RUNS_DIR / run.id, now)
     if run.reason:
         lines.append(f"  reason: {run.reason}")
     if run.cancel_requested:
@@ -140,10 +179,11 @@ def _render(history: History, run: StoredRun, lock: Lock, now: _dt.datetime) -> 
         if failing:
             lines.append(f"  failing: {', '.join(failing[:10])}"
                          + (f", +{len(failing) - 10} more" if len(failing) > 10 else ""))
-        # Rate-limited runs after the last iteration add to its agent-error streak.
-        later = sum(1 for a in history.attempts(run.id) if a.n > last.n)
-        lines.append(f"  identical-failure streak {last.streak}/{breaker}; agent-error streak "
-                     f"{last.error_streak + later}/{errors_max}")
+        if failing or last.results.errors:  # the streaks count failures: none, no streak
+            # Rate-limited runs after the last iteration add to its agent-error streak.
+            later = sum(1 for a in history.attempts(run.id) if a.n > last.n)
+            lines.append(f"  identical-failure streak {last.streak}/{breaker}; agent-error "
+                         f"streak {last.error_streak + later}/{errors_max}")
         for story, why in last.blocked.items():
             lines.append(f"  blocked: {story}: {why}")
     attempts = history.attempts(run.id)

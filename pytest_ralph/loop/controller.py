@@ -32,6 +32,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
+from ..agents.activity import activity_for
 from ..agents.presets import reader_for, resolve_agent
 from ..agents.run import AgentCommandError, AgentRun, render_argv, resolve_executable, run_agent
 from ..checks.results import CheckResults, CriterionResult
@@ -49,10 +50,12 @@ from ..sandbox.bwrap import (
 from ..state.folder import StateDir, StateError
 from ..util.env import ITERATION_ENV, PROMPT_FILE_ENV
 from ..util.process import become_subreaper, descendant_pids, sweep_descendants
+from ..util.redact import Redactor
 from ..util.text import now as _now
 from ..util.text import plural
 from .engine import RunEngine
 from .hooks import HookError, LoopHooks
+from .live import LiveView, maybe_tty
 from .prompt import PROGRESS_CHARS, PromptContext, pick_story
 from .records import (
     EXIT_COMPLETE,
@@ -116,6 +119,9 @@ class Loop:
             confined): the effective settings, say.
         loop_anchors: where this process's pytest looked for its initial ``conftest.py``
             files (guarded, see :func:`pytest_ralph.oracle.snapshot.loop_conftests`).
+        quiet: no status line and no heartbeat lines (``-q``).
+        tty: whether ``out`` is a terminal (the live view's status line), ``None``: ask
+            ``out``.
     """
 
     def __init__(self, settings: Settings, *, rootdir: Path, inifile: Path | None,
@@ -124,18 +130,23 @@ class Loop:
                  deselect: tuple[str, ...] = (), new_run: bool = False,
                  pythonpath: tuple[Path, ...] = (), child_args: tuple[str, ...] = (),
                  hooks: LoopHooks | None = None, sandbox: Sandbox | None = None,
-                 banner: tuple[str, ...] = (), loop_anchors: tuple[Path, ...] = ()) -> None:
+                 banner: tuple[str, ...] = (), loop_anchors: tuple[Path, ...] = (),
+                 quiet: bool = False, tty: bool | None = None) -> None:
         self.settings = settings
         self.banner = banner
         self.hooks = hooks or LoopHooks()
         self.rootdir = rootdir
         self.new_run = new_run
+        #: The live view of the agent runs and the check phases (:mod:`pytest_ralph.loop.live`).
+        self.live = LiveView(out, Redactor.from_env(),
+                             tty=maybe_tty(out) if tty is None else tty,
+                             heartbeat=settings.heartbeat, quiet=quiet)
         #: The engine this driver runs (the checks, the records, the stop conditions).
         self.engine = RunEngine(settings, rootdir=rootdir, inifile=inifile, out=out,
                                 python=python, keyword=keyword, markexpr=markexpr,
                                 junitxml=junitxml, deselect=deselect, pythonpath=pythonpath,
                                 child_args=child_args, hooks=self.hooks, sandbox=sandbox,
-                                loop_anchors=loop_anchors)
+                                loop_anchors=loop_anchors, live=self.live)
         #: The run of the last :meth:`run` (``None`` before one started), for inspection.
         self.last_run: RunRecord | None = None
         self._preset: str | None = None
@@ -307,6 +318,7 @@ class Loop:
         eng = self.engine
         run = eng.open_run(prd, argv, state, new_run=self.new_run)
         self.last_run = run
+        self.live.folder = run.run_dir.path
         run.confinement = self.confinement_line()
         for note in dict.fromkeys(self._notes):
             eng.warn(run, note)
@@ -346,7 +358,10 @@ class Loop:
                                 f"interrupted during {where} (Ctrl-C or SIGTERM); the "
                                 "processes it had started were stopped and the state kept; "
                                 "`pytest --ralph` resumes it")
-        eng.finish(run, state)
+        try:
+            eng.finish(run, state)
+        finally:
+            self.live.end()
         return code
 
     def _iterate(self, run: RunRecord, state: StateDir, argv: list[str]) -> int:
@@ -373,15 +388,20 @@ class Loop:
             agent_argv = self.hooks.agent_command(list(argv), n, story)
             self.hooks.before_iteration(n, story, prompt, agent_argv)
             before = eng.tree()
-            agent_run = run_agent(agent_argv, prompt=prompt, prompt_file=folder / "prompt.md",
-                                  cwd=self.rootdir, timeout=eng.agent_timeout(),
-                                  log_path=folder / "agent.log",
-                                  env={ITERATION_ENV: str(n),
-                                       PROMPT_FILE_ENV: str(folder / "prompt.md")},
-                                  reader=reader_for(argv), redactor=eng.redactor,
-                                  sandbox=self.sandbox,
-                                  confinement=self._agent_confinement(agent_argv)
-                                  if self.sandbox.confined else None)
+            reader = reader_for(argv)
+            activity = activity_for(reader)
+            self.live.title = f"[ralph iteration {n}/{self.settings.max_iterations}]"
+            with self.live.phase("agent", log_path=folder / "agent.log", activity=activity):
+                agent_run = run_agent(
+                    agent_argv, prompt=prompt, prompt_file=folder / "prompt.md",
+                    cwd=self.rootdir, timeout=eng.agent_timeout(),
+                    log_path=folder / "agent.log",
+                    env={ITERATION_ENV: str(n), PROMPT_FILE_ENV: str(folder / "prompt.md")},
+                    reader=reader, redactor=eng.redactor, sandbox=self.sandbox,
+                    confinement=self._agent_confinement(agent_argv)
+                    if self.sandbox.confined else None,
+                    on_log=self.live.echo if self.settings.echo else None,
+                    on_stdout_line=activity.feed)
             eng.note_cost(run, agent_run)
             if not self.sandbox.confined:
                 sweep_descendants(keep=eng.keep)  # what the agent left, supervisor or not

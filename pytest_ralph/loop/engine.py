@@ -63,6 +63,7 @@ from .escalation import escalate
 from .gitdiff import config_digest, diff_stat, tree_snapshot
 from .guard import OracleGuard
 from .hooks import HookError, LoopHooks
+from .live import LiveView
 from .output import (
     Printer,
     baseline_block,
@@ -120,6 +121,8 @@ class RunEngine:
             files (guarded, see :func:`pytest_ralph.oracle.snapshot.loop_conftests`).
         check_cap: the longest one check phase may take, in seconds, whatever the budget
             leaves (``None``: no cap).
+        live: the live view each check phase shows itself in (:class:`pytest_ralph.loop.live.
+            LiveView`; its ``live.json`` goes to the run's folder), or ``None``: none.
     """
 
     def __init__(self, settings: Settings, *, rootdir: Path, inifile: Path | None,
@@ -128,8 +131,10 @@ class RunEngine:
                  deselect: tuple[str, ...] = (), pythonpath: tuple[Path, ...] = (),
                  child_args: tuple[str, ...] = (), hooks: LoopHooks | None = None,
                  sandbox: Sandbox | None = None, loop_anchors: tuple[Path, ...] = (),
-                 check_cap: float | None = None) -> None:
+                 check_cap: float | None = None, live: LiveView | None = None) -> None:
         self.settings = settings
+        #: The live view (``None``: none).
+        self.live = live
         self.rootdir = rootdir
         self.inifile = inifile
         self.hooks = hooks or LoopHooks()
@@ -141,6 +146,8 @@ class RunEngine:
         self.redactor = Redactor.from_env()
         #: Prints a line for the user (secrets redacted; a closed stdout stops it, not the run).
         self.say = Printer(out, self.redactor)
+        if live is not None:
+            self.say.before = live.clear
         #: The final report of the last run :meth:`finish` ended (``None`` until then).
         self.report_path: Path | None = None
         #: Processes this process had before the run (the sweeps after a phase spare them).
@@ -298,14 +305,20 @@ class RunEngine:
     # -- the checks --------------------------------------------------------------------------
 
     def check(self, phase: CheckPhaseConfig, folder: Path) -> CheckResults:
-        """Run the check phase ``phase`` into ``folder``, bounded by :meth:`bounded`."""
-        return run_check_phase(self.bounded(phase), folder)
+        """Run the check phase ``phase`` into ``folder``, bounded by :meth:`bounded` (shown in
+        the live view, when there is one)."""
+        if self.live is None:
+            return run_check_phase(self.bounded(phase), folder)
+        with self.live.phase("check", total=len(phase.expected)) as shown:
+            return run_check_phase(self.bounded(phase), folder, progress=shown.progress_file)
 
     def baseline(self, run: RunRecord, state: StateDir, phase: CheckPhaseConfig) -> int | None:
         """Check every criterion before any agent run (iteration 0); the stop code when that
         ends the run (complete, or nothing selected), else ``None``."""
         folder = run.run_dir.iteration_dir(0)
         started = _now()
+        if self.live is not None:
+            self.live.title = "[ralph baseline]"
         base = self.check(replace(phase, report_imports=True), folder)
         self._learn_imports(run, base)
         if not phase.expected and not base.criteria and not base.errors:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from typing import TextIO
 
 from ..checks.results import CheckResults
@@ -31,11 +32,15 @@ class Printer:
         self.out = out
         self.redactor = redactor
         self._out_broken = False
+        #: Called before each print: the live view takes its status line off the terminal.
+        self.before: Callable[[], None] | None = None
 
     def __call__(self, text: str) -> None:
         """Print to the terminal; a closed stdout (``| head``) stops the printing, not the loop."""
         if self._out_broken:
             return
+        if self.before is not None:
+            self.before()
         try:
             self.out.write(self.redactor.text(text) + "\n")
             self.out.flush()

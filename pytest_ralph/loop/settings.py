@@ -46,6 +46,7 @@ class Spec:
         ini_allowed: whether a configuration file may set it; ``False`` for a decision a
             person takes for one run (``accept_changes``): the agent can write the project's
             configuration file, so it could take it for the next run.
+        zero: a ``float`` may also be 0 (which turns the setting off), below ``low``.
     """
 
     name: str
@@ -58,6 +59,7 @@ class Spec:
     metavar: str = ""
     choices: tuple[str, ...] = ()
     ini_allowed: bool = True
+    zero: bool = False
 
     @property
     def ini(self) -> str:
@@ -145,6 +147,11 @@ SPECS: tuple[Spec, ...] = (
     Spec("workers", "Run each check phase on N pytest-xdist workers (`-n N`), or 'auto' "
          "(xdist's -n auto: one per CPU core); unset: in one process. Needs pytest-xdist.",
          "workers", None, "--ralph-workers", 1, 256, metavar="N|auto"),
+    Spec("heartbeat", "Without a terminal: print a heartbeat line at least every this many "
+         "seconds while an agent or a check phase runs (0: none; -q: none).", "float", 30.0,
+         "--ralph-heartbeat", 0, 24 * 3600, zero=True),
+    Spec("echo", "Stream the agent's own output (secrets redacted) to the console as it "
+         "comes.", "bool", False, "--ralph-echo"),
 )
 
 SPEC_BY_NAME = {s.name: s for s in SPECS}
@@ -191,6 +198,8 @@ class Settings:
     verifier: str | None
     promise: str | None
     workers: int | str | None
+    heartbeat: float
+    echo: bool
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -384,12 +393,14 @@ def _convert(spec: Spec, raw: Any, source: str, base: Path) -> Any:
     low, high = spec.low or 0, spec.high or 0
     unit = "US dollars" if spec.metavar == "USD" else "seconds"
     expected = (f"an integer from {int(low)} to {int(high)}" if spec.kind == "int" else
-                f"a number of {unit} > {low:g} and <= {high:g}")
+                f"a number of {unit} > {low:g} and <= {high:g}"
+                + (" (or 0 for off)" if spec.zero else ""))
     try:
         number: float = int(str(raw).strip()) if spec.kind == "int" else float(str(raw).strip())
     except ValueError:
         raise bad(expected) from None
-    too_low = number < low if spec.kind == "int" else not number > low  # NaN is too low
+    too_low = number < low if spec.kind == "int" else not (
+        number > low or (spec.zero and number == 0))  # NaN is too low
     if too_low or number > high:
         raise bad(expected)
     return number

@@ -62,7 +62,8 @@ def make_loop(config: pytest.Config, settings: Settings) -> Loop:
     """The loop of this session (:class:`pytest_ralph.loop.controller.Loop`): ``settings``, and
     what the session says (the rootdir and ini file, ``-k``, ``-m``, ``--deselect``,
     ``--junitxml``, ``--ralph-new``, the ini ``pythonpath``, the options each check phase needs
-    too, the ``pytest_ralph_*`` hooks, the lines it prints first).
+    too, the ``pytest_ralph_*`` hooks, the lines it prints first, ``-q``: no live status line
+    nor heartbeat).
 
     Raises:
         pytest.UsageError: a misspelt ``pytest_ralph_*`` hook.
@@ -84,7 +85,8 @@ def make_loop(config: pytest.Config, settings: Settings) -> Loop:
                 hooks=ConfigHooks(config),
                 banner=(*started_unsafely(config),
                         *settings_lines(config, settings, "pytest-ralph: settings: ")),
-                loop_anchors=loop_anchors(config))
+                loop_anchors=loop_anchors(config),
+                quiet=config.get_verbosity() < 0)
     return loop
 
 

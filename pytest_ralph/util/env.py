@@ -57,6 +57,16 @@ PROBE_TOKEN_ENV = "PYTEST_RALPH_PROBE"
 #: :func:`pytest_ralph.oracle.phasewatch.write_judges`).
 JUDGES_ENV = "PYTEST_RALPH_JUDGES"
 
+#: Set for a check phase's child pytest when the loop shows a live view: the JSON-lines file
+#: where :data:`PROGRESS_PLUGIN` (loaded into that child with ``-p``) writes what it checked,
+#: ``{"collected": N}`` then ``{"nodeid": "...", "outcome": "passed"}`` per criterion. For
+#: display only (:class:`pytest_ralph.loop.live.CheckProgress`), never for a verdict.
+PROGRESS_ENV = "PYTEST_RALPH_PROGRESS"
+
+#: The plugin module a check phase's child loads to write its progress (see
+#: :data:`PROGRESS_ENV`).
+PROGRESS_PLUGIN = "pytest_ralph.plugin.progress"
+
 #: The start of every environment variable pytest-ralph sets or reads.
 ENV_PREFIX = "PYTEST_RALPH_"
 

@@ -262,6 +262,8 @@ class Redactor:
         self.shape_keep = MAX_SHAPE_CHARS + 1 if shapes else 0
         self._carry = b""
         self._ctx = b""  # the last byte passed on: what a shape's look-behind sees
+        #: Whether a known secret holds a line break (then a line end does not end a secret).
+        self._multiline = any(b"\n" in _encode(v) for v in names)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Redactor:
@@ -424,6 +426,15 @@ class Redactor:
         self._ctx = data[max(cut - 1, 0):cut]
         self._carry = data[cut:]
         return b"".join(out)
+
+    def line_end(self) -> bytes:
+        """After :meth:`stream`: the bytes held back, redacted, when they end with a line break
+        and no known secret holds one (no shape or URL password does): no secret can then
+        run from them into the next chunk, so they can be written now (the agent's log is
+        written live, line by line). ``b""`` otherwise: they stay held back."""
+        if self._multiline or not self._carry.endswith(b"\n"):
+            return b""
+        return self.flush()
 
     def flush(self) -> bytes:
         """The bytes still held back, redacted; the stream ends here (and may start again)."""
