@@ -287,7 +287,9 @@ def test_stderr_tail_of_the_last_lines_reaches_the_verdict(tmp_path: Path) -> No
 
 def test_a_reader_that_raises_does_not_break_the_run(tmp_path: Path) -> None:
     body = ("import sys\n"
-            "print('one'); print('two'); print('to stderr', file=sys.stderr)\n"
+            # one write, so that the stderr line cannot land between them (PYTHONUNBUFFERED)
+            "sys.stdout.write('one\\ntwo\\n'); sys.stdout.flush()\n"
+            "print('to stderr', file=sys.stderr)\n"
             "sys.exit(3)\n")
     reader = Raising()
     run = _agent(tmp_path, body, reader=reader)
