@@ -231,21 +231,24 @@ def loop_anchors(config: pytest.Config) -> tuple[Path, ...]:
     return tuple(dict.fromkeys(p.resolve() for p in out))
 
 
-#: ``sys.path[0]`` when this module was imported: ``""`` or the working folder under
-#: ``python -m pytest``.
-_FIRST_PATH = sys.path[0] if sys.path else None
+def _started_as_module() -> bool:
+    """Whether this process was started as ``python -m pytest`` (``__main__`` has a module
+    spec; the ``pytest`` console script's has none)."""
+    return getattr(sys.modules.get("__main__"), "__spec__", None) is not None
 
 
 def started_unsafely(config: pytest.Config) -> list[str]:
-    """A warning when the loop was started as ``python -m pytest`` without ``-P``: the project
-    was first on ``sys.path`` before pytest and its plugins were imported, so a module the
-    agent adds there (``pytest.py``, ``pluggy/``, a plugin named in ``addopts``) would be
-    imported into the loop itself by the next such start."""
-    first = _FIRST_PATH
-    if first is None or getattr(sys.flags, "safe_path", False):
+    """A warning when the loop was started as ``python -m pytest`` without ``-P``, in the
+    project: the working folder was first on ``sys.path`` before pytest and its plugins were
+    imported, so a module the agent adds there (``pytest.py``, ``pluggy/``, a plugin named in
+    ``addopts``) would be imported into the loop itself by the next such start.
+
+    Read from how the process started, not from ``sys.path`` (the ini ``pythonpath`` puts the
+    rootdir first there before this plugin is imported, under pytest 9.2)."""
+    if not _started_as_module() or getattr(sys.flags, "safe_path", False):
         return []
     try:
-        here = os.path.realpath(first or os.curdir)
+        here = os.path.realpath(config.invocation_params.dir)
     except (OSError, ValueError):
         return []
     root = os.path.realpath(config.rootpath)

@@ -66,3 +66,36 @@ def test_an_agent_cannot_put_code_into_the_controller(pytester: pytest.Pytester,
     # Unconfined, the agent could edit the file, but the controller had read it already;
     # confined, the package folder is read-only to it.
     assert edited is (sandbox == "off")
+
+
+WARNING = "pytest-ralph: warning: started as `python -m pytest`"
+
+
+@pytest.mark.parametrize(("start", "warned"), [
+    ("module", True), ("safe-module", False), ("console-script", False)])
+def test_the_python_m_warning_names_only_a_python_m_start(
+        pytester: pytest.Pytester, start: str, warned: bool) -> None:
+    """Under ``python -m pytest`` the working folder (the project) was first on ``sys.path``
+    before the plugins loaded; under ``python -P -m pytest`` or the ``pytest`` command it was
+    not, even with an ini ``pythonpath = .`` that puts the rootdir first before this plugin
+    is imported (pytest 9.2)."""
+    import sys
+
+    pytester.makeini("[pytest]\npythonpath = .\n")
+    pytester.makepyfile(agent="open('done.txt', 'w').close()\n")
+    (pytester.path / "prd.json").write_text(json.dumps({"userStories": [
+        {"id": "US-1", "title": "done", "description": "d", "priority": 1, "passes": False,
+         "notes": "", "acceptanceCriteria": [{"text": "done.txt exists", "exists": "done.txt"}]}
+    ]}))
+    args = ("-p", "no:cacheprovider", "--ralph", "--ralph-agent", "python agent.py",
+            "--ralph-max-iterations", "1")
+    script = Path(sys.executable).with_name("pytest")
+    if start == "console-script" and not script.is_file():
+        pytest.fail(f"no pytest console script beside {sys.executable}")
+    argv = {"module": (sys.executable, "-m", "pytest"),
+            "safe-module": (sys.executable, "-P", "-m", "pytest"),
+            "console-script": (str(script),)}[start]
+    result = pytester.run(*argv, *args)
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == 0, out
+    assert (WARNING in out) is warned, out
