@@ -50,6 +50,17 @@ from .pytest_kind import (
 #: Extra options of a batched child (after the reset of -k/-m/-x).
 BATCH_OPTIONS = ("--continue-on-collection-errors",)
 
+#: Words of the probe plugin's outcome invariant (:data:`pytest_ralph.plugin.probe.TAMPERED`)
+#: in a testcase's failure: code loaded in the batch forged a pass, which taints every
+#: verdict of the batch (its tests share one process).
+TAMPER_MARK = "yet its report said passed: code loaded by the tests changed how pytest " \
+    "reports outcomes"
+
+#: The failure text of every criterion of a batch in which :data:`TAMPER_MARK` was found.
+TAMPERED_FOUND = ("this test raised, yet its report said passed: code loaded by the tests "
+                  "changed how pytest reports outcomes (the tests of a batch share one "
+                  "process, so no verdict of it can be trusted)")
+
 #: Times a batch runs again without the criteria that named a node id that does not exist.
 MAX_RERUNS = 3
 
@@ -164,6 +175,10 @@ def _run_once(checks: Sequence[PytestCheck]
     faked = any(outcome == "passed" for outcome in probes.values())
     if faked or (any(not c.collect for c in cases) and len(probes) != 2):
         return [_failed(c, tamper_text(faked), "") for c in checks]
+    breach = next((c for c in cases for t in c.text if TAMPER_MARK in t), None)
+    if breach is not None:  # the probe plugin's outcome invariant caught a forged pass
+        return [_failed(c, f"{breach.nodeid}: {TAMPERED_FOUND}", "\n".join(breach.text))
+                for c in checks]
     bad = any(c.bad for c in cases)
     expected = (1,) if probes or bad else (0, 5)
     if code not in expected:
