@@ -134,6 +134,7 @@ class _Case:
     errors: int = 0
     skipped: bool = False
     text: list[str] = field(default_factory=list)
+    summary: list[str] = field(default_factory=list)
 
     @property
     def bad(self) -> bool:
@@ -175,9 +176,10 @@ def _run_once(checks: Sequence[PytestCheck]
     faked = any(outcome == "passed" for outcome in probes.values())
     if faked or (any(not c.collect for c in cases) and len(probes) != 2):
         return [_failed(c, tamper_text(faked), "") for c in checks]
-    breach = next((c for c in cases for t in c.text if TAMPER_MARK in t), None)
+    breach = next((c for c in cases for t in (*c.text, *c.summary) if TAMPER_MARK in t),
+                  None)
     if breach is not None:  # the probe plugin's outcome invariant caught a forged pass
-        return [_failed(c, f"{breach.nodeid}: {TAMPERED_FOUND}", "\n".join(breach.text))
+        return [_failed(c, f"{breach.nodeid}: {TAMPERED_FOUND}", _excerpt([breach]))
                 for c in checks]
     bad = any(c.bad for c in cases)
     expected = (1,) if probes or bad else (0, 5)
@@ -275,10 +277,13 @@ def _cases(xml: bytes, probes: tuple[str, ...]
                 item.skipped = True
             else:
                 continue
-            text = (child.text or "").strip() or child.get("message", "")
-            item.text.append(f"{child.tag.upper()} {item.nodeid}: {child.get('message', '')}"
-                             f"\n{text[-CASE_TEXT_CHARS:]}" if child.tag != "skipped" else
-                             f"SKIPPED {item.nodeid}: {child.get('message', '')}")
+            message = child.get("message", "")
+            if child.tag != "skipped":
+                body = (child.text or "").strip() or message
+                item.text.append(body[-CASE_TEXT_CHARS:])
+            head = message.strip().splitlines()[0] if message.strip() else ""
+            word = {"failure": "FAILED", "error": "ERROR", "skipped": "SKIPPED"}[child.tag]
+            item.summary.append(f"{word} {item.nodeid}" + (f" - {head}" if head else ""))
         cases.append(item)
     return cases, found
 
@@ -341,8 +346,6 @@ def _failed(check: PytestCheck, found: str, excerpt: str) -> CheckResult:
     ``excerpt`` of its own failures."""
     text = (f"{found}; expected all selected tests pass and at least one runs: "
             f"`pytest {' '.join(check.targets)}`")
-    if len(excerpt) > OUTPUT_TAIL_BYTES:
-        excerpt = "\u2026" + excerpt[-OUTPUT_TAIL_BYTES:]
     return CheckResult(False, text + (f"\noutput (its own failures):\n{excerpt}"
                                       if excerpt else ""))
 
@@ -386,4 +389,16 @@ def _verdict(check: PytestCheck, cases: list[_Case], rootdir: str) -> CheckResul
             parts.append(f"{errors} errors")
         parts.append(f"{passed} passed")
         found = f"{', '.join(parts)} (pytest exit 1)"
-    return _failed(check, found, "\n".join(t for c in cases for t in c.text if c.bad))
+    return _failed(check, found, _excerpt([c for c in cases if c.bad]))
+
+
+def _excerpt(cases: list[_Case]) -> str:
+    """The failure texts of ``cases`` (cut from the front to :data:`OUTPUT_TAIL_BYTES`
+    characters), then one summary line each, as pytest ends its output
+    (``FAILED tests/test_a.py::test_x - AssertionError: ...``)."""
+    summary = "\n".join(line for c in cases for line in c.summary)
+    body = "\n\n".join(t for c in cases for t in c.text)
+    room = max(0, OUTPUT_TAIL_BYTES - len(summary))
+    if len(body) > room:
+        body = "\u2026" + body[len(body) - room:]
+    return f"{body}\n{summary}" if body else summary
