@@ -72,11 +72,12 @@ def batched_result(item: Any, check: PytestCheck) -> CheckResult:
 
 
 def _pending(item: pytest.Item) -> list[pytest.Item]:
-    """The items this process will still run: the session's, or on a pytest-xdist worker the
-    ones queued for it (none when the queue cannot be read)."""
+    """The items this process will still run: the session's from ``item`` on, or on a
+    pytest-xdist worker the ones queued for it (none when the queue cannot be read)."""
     session = item.session
     if not hasattr(item.config, "workerinput"):
-        return list(session.items)
+        items = list(session.items)
+        return items[items.index(item):] if item in items else []
     for plugin in item.config.pluginmanager.get_plugins():
         if type(plugin).__name__ != "WorkerInteractor":
             continue
