@@ -5,6 +5,7 @@ per criterion, every defence kept; real check phases, real child pytest runs."""
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from pytest_ralph.checks.batch import run_batch
 from pytest_ralph.checks.phase import CheckPhaseConfig, run_check_phase
 from pytest_ralph.checks.pytest_kind import PytestCheck, pin_args
 from tests.support.chaos import PATCH_REPORTS, REWRITE_JUNIT, SWALLOW_CALLS
+from tests.support.loop import finish, ralph, run_json
 from tests.support.prd import story
 
 pytest_plugins = ["pytester"]
@@ -295,3 +297,33 @@ def test_a_testcase_whose_node_id_is_forged_falls_back_to_one_child_each(
 def test_run_batch_refuses_checks_that_do_not_share_their_options(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="must share their cwd, pin options and timeout"):
         run_batch([PytestCheck(("a",), tmp_path, 1.0), PytestCheck(("a",), tmp_path, 2.0)])
+
+
+#: A test that fails at every second run (a counter file in the rootdir).
+FLIP_TEST = textwrap.dedent("""\
+    import pathlib
+    def test_flip():
+        p = pathlib.Path("flip-count.txt")
+        n = int(p.read_text()) + 1 if p.exists() else 1
+        p.write_text(str(n))
+        assert n % 2, f"run {n}"
+""")
+
+
+def test_the_flaky_recheck_applies_to_a_batched_criterion(pytester: pytest.Pytester) -> None:
+    """Baseline: the batch passes FLIP (run 1); iteration 1 fails it (run 2); the re-check
+    passes it (run 3): flaky, as with one child per criterion."""
+    tests = {"tests/test_flip.py": FLIP_TEST, "tests/test_ok.py": "def test_ok():\n    pass\n",
+             "tests/test_never.py": "def test_never():\n    assert False\n",
+             "agent.py": "pass\n"}
+    criteria = [("FLIP", {"pytest": "tests/test_flip.py"}, True),
+                ("OK", {"pytest": "tests/test_ok.py"}, True),
+                ("NEVER", {"pytest": "tests/test_never.py"}, False)]
+    _project(pytester.path, criteria=criteria, tests=tests)
+    code, out = finish(ralph(pytester, "--ralph", "--ralph-agent", f"{sys.executable} agent.py",
+                             "--ralph-max-iterations", "1"))
+    assert code == 1, out
+    iterations = run_json(pytester)["iterations"]
+    assert [it["flaky"] for it in iterations] == [[], ["US-1::FLIP"]], iterations
+    assert (pytester.path / "flip-count.txt").read_text() == "3"
+    assert _runs(pytester.path) == 1 + 1 + 1  # baseline batch, iteration batch, re-check
