@@ -187,8 +187,9 @@ def _run_once(checks: Sequence[PytestCheck]
         return None  # an exit status the outcomes do not explain
     rootdir = _rootdir(first)
     owners: list[list[_Case]] = [[] for _ in checks]
+    index = _Index(checks)
     for case in cases:
-        hit = [j for j, c in enumerate(checks) if _selects(c, case, rootdir)]
+        hit = [j for j in index.candidates(case) if _selects(checks[j], case, rootdir)]
         if not hit:
             return None  # a testcase no criterion selects: not attributable
         for j in hit:
@@ -296,6 +297,37 @@ def _mangle(nodeid: str) -> tuple[str, str]:
     names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
     names[-1] += bracket + params
     return ".".join(names[:-1]), names[-1]
+
+
+class _Index:
+    """Which members' targets may select a testcase: by the target's path, as written and
+    with symbolic links resolved (a testcase is looked up by its file and every folder above
+    it), so that attributing N testcases to N criteria does not take N x N comparisons."""
+
+    def __init__(self, checks: Sequence[PytestCheck]) -> None:
+        self._all = list(range(len(checks)))
+        self._by_path: dict[str, set[int]] = {}
+        for j, check in enumerate(checks):
+            for target in check.targets:
+                full = _target_path(check.cwd, target)
+                for key in {full, os.path.realpath(full)}:
+                    self._by_path.setdefault(key, set()).add(j)
+
+    def candidates(self, case: _Case) -> list[int]:
+        """The members that may select ``case``, in order (every member for a collection
+        report, which names a mangled path)."""
+        if case.collect:
+            return self._all
+        found: set[int] = set()
+        for start in {os.path.normpath(case.path), os.path.realpath(case.path)}:
+            path = start
+            while True:
+                found |= self._by_path.get(path, set())
+                parent = os.path.dirname(path)
+                if parent == path:
+                    break
+                path = parent
+        return sorted(found)
 
 
 def _selects(check: PytestCheck, case: _Case, rootdir: str) -> bool:
