@@ -338,7 +338,7 @@ def _selects(check: PytestCheck, case: _Case, rootdir: str) -> bool:
         path, sep, rest = target.partition("::")
         full = os.path.normpath(os.path.join(check.cwd, path))
         if case.collect:
-            if _collect_concerns(case.nodeid, full, rootdir):
+            if _collect_concerns(case.nodeid, full, rest, rootdir):
                 return True
             continue
         where = os.path.normpath(case.path)
@@ -362,15 +362,20 @@ def _same_or_under(where: str, full: str, *, folder: bool) -> bool:
     return False
 
 
-def _collect_concerns(mangled: str, full: str, rootdir: str) -> bool:
+def _collect_concerns(mangled: str, full: str, rest: str, rootdir: str) -> bool:
     """Whether a collection report of mangled name ``mangled`` concerns a target whose path is
-    ``full``: the same file or folder, one under it, or a folder above it."""
+    ``full`` and whose node id goes on with ``rest`` (``""`` for a path): the same node, one
+    under it (a file in a folder, a class in a file), or one above it (the file of a node id,
+    a folder above a file)."""
     rel = os.path.relpath(full, rootdir)
     if rel.startswith(".."):
         return False
+    if rel == ".":
+        return True
     mine = re.sub(r"\.py$", "", rel.replace(os.sep, "."))
-    return (mangled == mine or mangled.startswith(mine + ".") or mine.startswith(mangled + ".")
-            or rel == ".")
+    if rest:
+        mine += "." + rest.replace("::", ".")
+    return mangled == mine or mangled.startswith(mine + ".") or mine.startswith(mangled + ".")
 
 
 def _failed(check: PytestCheck, found: str, excerpt: str) -> CheckResult:
