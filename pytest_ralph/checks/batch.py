@@ -388,12 +388,17 @@ def _failed(check: PytestCheck, found: str, excerpt: str) -> CheckResult:
 
 
 def _collected_path(mangled: str, rootdir: str) -> str:
-    """The path, relative to the rootdir, of a collection report's mangled name
-    (``tests.test_a`` -> ``tests/test_a.py`` when that file exists), else ``mangled``."""
-    rel = mangled.replace(".", "/")
-    for candidate in (rel + ".py", rel):
-        if os.path.exists(os.path.join(rootdir, candidate)):
-            return candidate
+    """The node id, relative to the rootdir, of a collection report's mangled name
+    (``tests.test_a`` -> ``tests/test_a.py``, ``tests.test_a.TestX`` ->
+    ``tests/test_a.py::TestX``, when that file exists), else ``mangled``."""
+    parts = mangled.split(".")
+    for k in range(len(parts), 0, -1):
+        rel = "/".join(parts[:k])
+        rest = "".join(f"::{name}" for name in parts[k:])
+        if os.path.isfile(os.path.join(rootdir, rel + ".py")):
+            return rel + ".py" + rest
+        if not rest and os.path.exists(os.path.join(rootdir, rel)):
+            return rel
     return mangled
 
 

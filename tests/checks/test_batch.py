@@ -56,6 +56,8 @@ TESTS = {
     "tests/mixed/test_worse.py": "def test_w():\n    assert False, 'mixed folder fails'\n",
     "tests/empty/test_nothing.py": "# no test yet\n",
     "other/test_o.py": "def test_o():\n    pass\n",
+    "tests/test_klass.py": ("class TestBad:\n    pytestmark = 5\n\n    def test_never(self):\n"
+                            "        pass\n\n\ndef test_fine():\n    pass\n"),
 }
 
 #: (criterion id, spec, passes): the PRD of the comparison.
@@ -76,6 +78,8 @@ CRITERIA: list[tuple[str, dict[str, Any], bool]] = [
     ("DIR", {"pytest": "tests/pkg"}, True),
     ("MIXED", {"pytest": "tests/mixed/"}, False),
     ("EMPTY", {"pytest": "tests/empty/test_nothing.py"}, False),
+    ("KBAD", {"pytest": "tests/test_klass.py::TestBad"}, False),
+    ("KFINE", {"pytest": "tests/test_klass.py::test_fine"}, True),
     ("TIMED", {"pytest": "tests/test_pass2.py", "timeout": 120}, True),
     ("OTHER", {"pytest": "other/test_o.py"}, True),
 ]
