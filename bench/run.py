@@ -24,6 +24,11 @@ Cases (``--only P1,P5`` selects cases; a prefix selects its sub-cases, ``P7`` = 
   plus a prebuilt jsonschema validator of the package's own schema: ratio <= 0.2 (the ratio
   to ``json.loads`` alone is shown as information)
 - P7b ``load_prd`` of a 1.4 MB YAML PRD vs the pure-Python ``yaml.safe_load``: ratio <= 0.5
+- P8  the gate of 20 ``pytest`` criteria, each naming one test file of two trivial tests, vs
+      plain ``pytest`` over the same 20 files: ratio <= 1.5
+- P9  one loop iteration whose check phase is those 20 criteria (failing before the agent
+      run, passing after) vs a bash loop of pytest, the agent, pytest over the 20 files:
+      ratio <= 1.3
 - P10a a loop with the live view's heartbeat (every second) and ``--ralph-echo`` on vs off
       (``-q --ralph-heartbeat 0``): ratio <= 1.05
 - P10b the controller's CPU time while an agent sleeps 20 s, over those 20 s: ratio <= 0.02
@@ -868,6 +873,101 @@ def case_p7(ctx: Context) -> list[Result]:
 
 
 # ---------------------------------------------------------------------------------------------
+# P8, P9: a check phase of pytest criteria
+
+#: P8's target, missed: the batch is one child pytest, but that child (as every check's
+#: process) keeps its bytecode in a private folder, so it compiles pytest, pytest-ralph and
+#: every plugin it imports (about 2.5 of its 3.5 s here), where plain pytest reads the
+#: ``__pycache__`` folders: the defence against planted ``.pyc`` files. Measured 4.3 (one child
+#: per criterion: about 20).
+P8_TARGET = Target("ratio", 1.5, missed=(4.3, "the batched child compiles its private "
+                                              "bytecode (pytest, pytest-ralph, plugins)"))
+
+#: P9's target, missed: the loop runs five pytest processes (the controller, two check
+#: phases, each with its batched child) where the bash loop runs two; the private bytecode is
+#: compiled once per run. Measured 3.0.
+P9_TARGET = Target("ratio", 1.3, missed=(3.0, "five pytest processes (controller, two check "
+                                              "phases and their batched children) vs two"))
+
+#: The number of ``pytest`` criteria (and test files) of P8 and P9.
+P8_FILES = 20
+
+#: P8/P9's test file: two trivial tests (the first, in P9, waits for the agent's done.txt).
+P8_TEST = "def test_one():\n    assert {cond}\n\n\ndef test_two():\n    assert 1 + 1 == 2\n"
+
+#: P9's agent: it does the work, creating done.txt, which makes every test pass.
+DONE_AGENT = "open('done.txt', 'w').close()\n"
+
+
+def pytest_project(folder: Path, cond: str = "True") -> Path:
+    """A project of :data:`P8_FILES` test files ``tests/test_<i>.py`` (:data:`P8_TEST`) and a
+    PRD of one ``pytest`` criterion per file."""
+    crits = [{"text": f"file {i} passes", "pytest": f"tests/test_{i:02d}.py"}
+             for i in range(P8_FILES)]
+    project(folder, stories_of(crits, per_story=5))
+    (folder / "tests").mkdir(exist_ok=True)
+    for i in range(P8_FILES):
+        (folder / "tests" / f"test_{i:02d}.py").write_text(P8_TEST.format(cond=cond),
+                                                           encoding="utf-8")
+    return folder
+
+
+def _test_files() -> list[str]:
+    return [f"tests/test_{i:02d}.py" for i in range(P8_FILES)]
+
+
+def case_p8(ctx: Context) -> list[Result]:
+    """P8: ``pytest prd.json`` on a PRD of 20 ``pytest`` criteria, each naming one test file
+    of two trivial tests, vs plain ``pytest`` over the same 20 files: what checking the
+    tests as criteria costs over running them (issue 22: each criterion had a child pytest
+    of its own, 18 times plain pytest). Target: ratio <= 1.5."""
+    folder = pytest_project(ctx.root / "p8")
+    n = P8_FILES
+    a, b = interleave(
+        ctx.reps(ctx.sizes.reps),
+        lambda i: run([*PYTEST, "prd.json"], folder, ctx.env, must_say=f"{n} passed")[0],
+        lambda i: run([*PYTEST, *_test_files()], folder, ctx.env,
+                      must_say=f"{2 * n} passed")[0],
+        warmup=ctx.sizes.warmup)
+    return [timed_pair("P8", f"gate of {n} pytest criteria (one file of 2 tests each) vs "
+                             f"plain pytest over the {n} files (median of {len(a)})",
+                       P8_TARGET, a, b)]
+
+
+def case_p9(ctx: Context) -> list[Result]:
+    """P9: ``pytest --ralph`` for one iteration whose check phases are those 20 ``pytest``
+    criteria: the baseline check (every criterion fails: its first test waits for
+    ``done.txt``), the agent (``python agent.py``, which creates it), the check (all pass:
+    complete, exit 0) vs a bash loop of the same: plain ``pytest`` over the 20 files, the
+    agent, ``pytest`` again. Target: ratio <= 1.3."""
+    template = pytest_project(ctx.root / "p9-template", cond="__import__('os').path.exists("
+                                                             "'done.txt')")
+    (template / "agent.py").write_text(DONE_AGENT, encoding="utf-8")
+    agent = shlex.join([PY, "agent.py"])
+    loop = loop_argv("--ralph-agent", agent, "--ralph-max-iterations", "1")
+    check = shlex.join([*PYTEST, *_test_files()])
+    script = f"{check}; {agent}; {check}"
+    n = P8_FILES
+
+    def ralph(i: int) -> float:
+        folder = copy_project(template, ctx.root / "p9-loop")
+        elapsed, out = run(loop, folder, ctx.env, expect=0)
+        if "[ralph iteration 1/1]" not in out:
+            raise BenchError(f"the loop did not run its iteration: {out[-800:]!r}")
+        return elapsed
+
+    def shell(i: int) -> float:
+        folder = copy_project(template, ctx.root / "p9-bash")
+        elapsed, out = run([which("bash"), "-c", script], folder, ctx.env,
+                           must_say=f"{2 * n} passed")
+        if f"{n} failed, {n} passed" not in out:
+            raise BenchError(f"the bash loop did not fail first: {out[-800:]!r}")
+        return elapsed
+
+    a, b = interleave(ctx.reps(ctx.sizes.reps), ralph, shell, warmup=ctx.sizes.warmup)
+    return [timed_pair("P9", f"one loop iteration checking {n} pytest criteria (baseline, "
+                             f"agent, check) vs a bash loop of pytest, agent, pytest "
+                             f"(median of {len(a)})", P9_TARGET, a, b)]
 # P10: the live view
 
 
@@ -979,17 +1079,19 @@ def case_p10(ctx: Context) -> list[Result]:
 
 CASES: dict[str, Callable[[Context], list[Result]]] = {
     "P1": case_p1, "P2": case_p2, "P3": case_p3, "P4": case_p4, "P5a": case_p5a,
-    "P5b": case_p5b, "P6": case_p6, "P7": case_p7, "P10": case_p10,
+    "P5b": case_p5b, "P6": case_p6, "P7": case_p7, "P8": case_p8, "P9": case_p9,
+    "P10": case_p10,
 }
 #: The lines each case prints, for --only and for ERROR lines.
 LINES = {"P1": ["P1"], "P2": ["P2"], "P3": ["P3"], "P4": ["P4"], "P5a": ["P5a"],
-         "P5b": ["P5b"], "P6": ["P6a", "P6b"], "P7": ["P7a", "P7b"], "P10": ["P10a", "P10b"]}
+         "P5b": ["P5b"], "P6": ["P6a", "P6b"], "P7": ["P7a", "P7b"], "P8": ["P8"],
+         "P9": ["P9"], "P10": ["P10a", "P10b"]}
 TARGETS = {"P1": Target("ratio", 1.0), "P2": Target("ratio", 1.5), "P3": Target("ratio", 1.15),
            "P4": Target("ratio", 0.6), "P5a": Target("figure", 5.0, "MB"),
            "P5b": Target("figure", 80.0, "MB"), "P6a": Target("figure", 0.1, "s"),
            "P6b": Target("figure", 0.1, "s"), "P7a": Target("ratio", 0.2),
-           "P7b": Target("ratio", 0.5), "P10a": Target("ratio", 1.05),
-           "P10b": Target("ratio", 0.02)}
+           "P7b": Target("ratio", 0.5), "P8": P8_TARGET, "P9": P9_TARGET,
+           "P10a": Target("ratio", 1.05), "P10b": Target("ratio", 0.02)}
 
 
 def select(only: str | None) -> list[str]:

@@ -27,6 +27,12 @@ from ..util.process import read_tail, run_in_group
 from .base import OUTPUT_TAIL_BYTES, CheckResult, command_env, timed_out
 from .phase import EMPTY_INI, pytest_command
 
+#: The JUnit user property holding each collected item's node id (set by the probe plugin).
+NODEID_PROPERTY = "pytest_ralph_nodeid"
+
+#: The JUnit user property holding each collected item's file path (set by the probe plugin).
+PATH_PROPERTY = "pytest_ralph_path"
+
 #: The failure text of a probe item.
 PROBE_FAILURE = "pytest-ralph tamper probe: this test always fails"
 
@@ -96,9 +102,7 @@ class PytestCheck:
         token = secrets.token_hex(8)
         env[PROBE_TOKEN_ENV] = token
         with tempfile.TemporaryFile() as out, _JunitPipe() as junit:
-            argv = [*pytest_command(sys.executable), "-q", "-p", "no:cacheprovider",
-                    "-p", "pytest_ralph.plugin.probe", *self.pin, f"--junitxml={junit.path}", "-k",
-                    "", "-m", "", "--maxfail=0", "--", *self.targets]
+            argv = child_argv(self.pin, junit.path, self.targets)
             finished = run_in_group(argv, cwd=self.cwd, output=out, timeout=self.timeout,
                                     env=env, pass_fds=junit.fds)
             tail = _without_probes(read_tail(out, OUTPUT_TAIL_BYTES), token).rstrip()
@@ -116,14 +120,9 @@ class PytestCheck:
         if finished.timed_out:
             found = timed_out(self.timeout)
         elif rewritten:
-            found = ("the JUnit report pytest writes to its parent was written more than once: "
-                     "code loaded by the tests rewrote pytest's verdicts (the code under test "
-                     "runs in the process that checks it)")
+            found = REWRITTEN
         elif faked or (counts["tests"] and len(probes) != 2 and code in (0, 1)):
-            found = ("the tamper probe, a test that always fails, "
-                     f"{'passed' if faked else 'was not reported'}: code loaded by the tests "
-                     "changed how pytest reports outcomes (the code under test runs in the "
-                     "process that checks it)")
+            found = tamper_text(bool(faked))
         elif code == 0 and passed >= 1:
             return CheckResult(True)
         elif code in (2, 3, 4):
@@ -147,6 +146,30 @@ class PytestCheck:
         text = f"{found}; expected {expected}: `pytest {shown}`"
         text += f"\noutput (last lines):\n{tail}" if tail else ""
         return CheckResult(False, text)
+
+
+#: The failure text of a check whose JUnit report was written more than once.
+REWRITTEN = ("the JUnit report pytest writes to its parent was written more than once: "
+             "code loaded by the tests rewrote pytest's verdicts (the code under test "
+             "runs in the process that checks it)")
+
+
+def tamper_text(passed: bool) -> str:
+    """The failure text of a check whose tamper probe ``passed`` (else: was not reported)."""
+    return ("the tamper probe, a test that always fails, "
+            f"{'passed' if passed else 'was not reported'}: code loaded by the tests "
+            "changed how pytest reports outcomes (the code under test runs in the "
+            "process that checks it)")
+
+
+def child_argv(pin: tuple[str, ...], junit_path: str, targets: tuple[str, ...],
+               extra: tuple[str, ...] = ()) -> list[str]:
+    """The argv of a ``pytest`` check's child: ``-q``, no cache, the tamper probe plugin,
+    ``pin`` (:func:`pin_args`), the JUnit report to ``junit_path``, ``-k``/``-m``/``-x``
+    reset, ``extra`` options, then ``--`` and the ``targets``."""
+    return [*pytest_command(sys.executable), "-q", "-p", "no:cacheprovider",
+            "-p", "pytest_ralph.plugin.probe", *pin, f"--junitxml={junit_path}", "-k",
+            "", "-m", "", "--maxfail=0", *extra, "--", *targets]
 
 
 def _pytest_error_line(output: str) -> str:

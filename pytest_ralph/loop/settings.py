@@ -129,6 +129,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("prompt", "Prompt template file.", "path", None),
     Spec("check_timeout", "Default seconds a `run` criterion may take.", "float",
          DEFAULT_CHECK_TIMEOUT, "", 0, 7 * 24 * 3600),
+    Spec("check_batch", "Run the `pytest` criteria that share their options in one child "
+         "pytest (false: one child each).", "bool", True),
     Spec("agent_errors", "End the run (exit 7) after this many agent errors in a row.", "int", 3,
          "", 1, 1000),
     Spec("max_prd_bytes", "Refuse PRD files larger than this many bytes.", "int", MAX_PRD_BYTES,
@@ -191,6 +193,7 @@ class Settings:
     dir: Path
     prompt: Path | None
     check_timeout: float
+    check_batch: bool
     agent_errors: int
     max_prd_bytes: int
     gate: str

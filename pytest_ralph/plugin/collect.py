@@ -28,6 +28,7 @@ from ..oracle import phasewatch
 from ..prd.errors import PRDError
 from ..prd.load import load_prd
 from ..prd.model import Criterion, Story
+from .batching import batchable, batched_result
 from .failure import FailureText
 from .stash import get_settings
 
@@ -137,7 +138,8 @@ class CriterionItem(pytest.Item):
                 f"pytest_ralph_make_check returned {check!r} for {self.criterion.key} (kind "
                 f"{self.criterion.kind!r}); expected an object with a run() method that returns "
                 "a pytest_ralph.CheckResult, or None")
-        result = check.run()
+        result = batched_result(self, check) if settings.check_batch and \
+            batchable(self, check) else check.run()
         if isinstance(check, UnknownKindCheck) and not result.passed:
             result = dataclasses.replace(result, message=result.message + _out_of_scope(self))
         if not isinstance(result, CheckResult):

@@ -12,6 +12,11 @@ wrapper registered at import time). This plugin makes that visible to
   (:data:`~pytest_ralph.util.env.PROBE_TOKEN_ENV`, chosen by the parent for each run); the
   parent requires both to have *failed*. A change that forces every
   outcome to passed passes them too, and the criterion fails, saying why.
+- **Node ids.** Each collected item (not the probes) gets two user properties, its node id
+  (:data:`~pytest_ralph.checks.pytest_kind.NODEID_PROPERTY`) and its file's path
+  (:data:`~pytest_ralph.checks.pytest_kind.PATH_PROPERTY`), in its JUnit ``testcase``: the
+  parent of a batched child (:mod:`pytest_ralph.checks.batch`) tells by them which criteria
+  each outcome belongs to.
 - **An outcome invariant.** Outermost around ``pytest_runtest_makereport``: the call phase of a
   test that raised (``call.excinfo`` set) never yields a passed report in pytest (an ``xfail``
   yields ``skipped``); such a report is turned back to failed, naming the exception.
@@ -30,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from ..checks.pytest_kind import PROBE_FAILURE, probe_names
+from ..checks.pytest_kind import NODEID_PROPERTY, PATH_PROPERTY, PROBE_FAILURE, probe_names
 from ..util.env import PROBE_TOKEN_ENV
 
 #: Where an invariant breach is named in a report's ``longrepr``.
@@ -64,10 +69,13 @@ class ProbeItem(pytest.Item):
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.Item]) -> None:
-    """Put a probe item first and one last, when anything was collected and a token is set."""
+    """Put a probe item first and one last, when anything was collected and a token is set;
+    give every other item its node id and path as user properties."""
     token = _token()
     if not token or not items:
         return
+    for item in items:  # which criteria of a batch each testcase belongs to (checks.batch)
+        item.user_properties += [(NODEID_PROPERTY, item.nodeid), (PATH_PROPERTY, str(item.path))]
     first, last = probe_names(token)
     items.insert(0, _probe(session, items[0], first))
     items.append(_probe(session, items[-1], last))

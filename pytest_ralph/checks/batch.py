@@ -1,0 +1,446 @@
+"""One child pytest for a group of ``pytest`` criteria (:func:`run_batch`).
+
+Every ``pytest`` criterion (:class:`~pytest_ralph.checks.pytest_kind.PytestCheck`) that shares
+its working directory, its pin options and its timeout with others (:func:`batch_key`) runs in
+one child pytest with the union of their targets, with every defence of a single check: the
+random probe token and the probe items, the JUnit report through a pipe, the written-twice
+check, ``-k``/``-m``/``-x`` reset, the private bytecode folder, the pin options; and
+``--continue-on-collection-errors``, so that a broken file does not hide the others.
+
+The probe plugin (:mod:`pytest_ralph.plugin.probe`) gives each testcase its node id and path
+as JUnit user properties; each criterion's verdict is then read from the testcases its
+targets select (a path, a folder, a node id, a node id with parameters), by
+:class:`~pytest_ralph.checks.pytest_kind.PytestCheck`'s rules: at least one of its tests runs
+and passes, skips and deselection fail it, a collection error fails the criteria whose files it
+concerns. A probe that passed or went missing, or a report written twice, fails every
+criterion of the batch (the tests of one share the process of all). A node id that does not
+exist (pytest exit 4) sends the criteria naming it to a child of their own (pytest's own words),
+and the batch runs again without them. Anything else that cannot be attributed safely (a
+timeout, an exit status that does not match the outcomes, a testcase no criterion selects, a
+property missing or doubled) falls back to one child per criterion: never to a pass.
+
+This module does not import pytest (the child does).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..util.env import PROBE_TOKEN_ENV
+from ..util.process import read_tail, run_in_group
+from .base import OUTPUT_TAIL_BYTES, CheckResult, command_env
+from .pytest_kind import (
+    NODEID_PROPERTY,
+    PATH_PROPERTY,
+    REWRITTEN,
+    PytestCheck,
+    _JunitPipe,
+    _written_twice,
+    child_argv,
+    probe_names,
+    tamper_text,
+)
+
+#: Extra options of a batched child (after the reset of -k/-m/-x).
+BATCH_OPTIONS = ("--continue-on-collection-errors",)
+
+#: Words of the probe plugin's outcome invariant (:data:`pytest_ralph.plugin.probe.TAMPERED`)
+#: in a testcase's failure: code loaded in the batch forged a pass, which taints every
+#: verdict of the batch (its tests share one process).
+TAMPER_MARK = "yet its report said passed: code loaded by the tests changed how pytest " \
+    "reports outcomes"
+
+#: The failure text of every criterion of a batch in which :data:`TAMPER_MARK` was found.
+TAMPERED_FOUND = ("this test raised, yet its report said passed: code loaded by the tests "
+                  "changed how pytest reports outcomes (the tests of a batch share one "
+                  "process, so no verdict of it can be trusted)")
+
+#: Times a batch runs again without the criteria that named a node id that does not exist.
+MAX_RERUNS = 3
+
+#: Characters of one testcase's failure text kept in a criterion's excerpt.
+CASE_TEXT_CHARS = 1500
+
+
+def batch_key(check: PytestCheck) -> tuple[Path, tuple[str, ...], float]:
+    """What criteria must share to run in one child: ``(cwd, pin, timeout)``."""
+    return check.cwd, check.pin, check.timeout
+
+
+def run_batch(checks: Sequence[PytestCheck]) -> list[CheckResult]:
+    """The verdict on each of ``checks`` (in order), from as few child pytest runs as can be
+    attributed safely (see the module docstring).
+
+    Args:
+        checks: ``pytest`` checks that share :func:`batch_key`.
+
+    Raises:
+        ValueError: the checks do not share :func:`batch_key`.
+        OSError: the private bytecode folder or the empty ini cannot be made.
+    """
+    if len({batch_key(c) for c in checks}) > 1:
+        raise ValueError("run_batch: the checks must share their cwd, pin options and timeout")
+    results: dict[int, CheckResult] = {}
+    todo = list(range(len(checks)))
+    # A target whose file does not exist: pytest stops at the first (exit 4, one line);
+    # those criteria get pytest's own words from a child of their own.
+    for i in list(todo):
+        if any(not os.path.lexists(_target_path(checks[i].cwd, t)) for t in checks[i].targets):
+            results[i] = checks[i].run()
+            todo.remove(i)
+    for _ in range(MAX_RERUNS + 1):
+        if len(todo) <= 1:
+            break
+        outcome = _run_once([checks[i] for i in todo])
+        if isinstance(outcome, _Missing):
+            named = [todo[j] for j in outcome.members]
+            for i in named:
+                results[i] = checks[i].run()
+            todo = [i for i in todo if i not in named]
+            continue
+        if outcome is not None:
+            # A criterion none of whose tests ran (a node id pytest let pass because another
+            # target collected its file, a deselection): pytest's own words, from its own child.
+            results.update((i, r) for i, r in zip(todo, outcome, strict=True) if r is not None)
+            todo = [i for i, r in zip(todo, outcome, strict=True) if r is None]
+        break
+    for i in todo:  # one child each: a single criterion, or an anomaly
+        results[i] = checks[i].run()
+    return [results[i] for i in range(len(checks))]
+
+
+@dataclass
+class _Missing:
+    """Exit 4 naming node ids that do not exist: the positions of the members naming them."""
+
+    members: list[int]
+
+
+@dataclass
+class _Case:
+    """One JUnit testcase: its node id (or, for a collection report, its mangled name), its
+    outcome counts and its failure text."""
+
+    nodeid: str
+    path: str
+    collect: bool
+    failures: int = 0
+    errors: int = 0
+    skipped: bool = False
+    text: list[str] = field(default_factory=list)
+    summary: list[str] = field(default_factory=list)
+
+    @property
+    def bad(self) -> bool:
+        return bool(self.failures or self.errors)
+
+
+def _target_path(cwd: Path, target: str) -> str:
+    """The absolute, normalized path part of a target (before its first ``::``)."""
+    return os.path.normpath(os.path.join(cwd, target.partition("::")[0]))
+
+
+def _run_once(checks: Sequence[PytestCheck]
+              ) -> list[CheckResult | None] | _Missing | None:
+    """Run one child for ``checks``; their results (``None`` for one none of whose tests was
+    reported), the members naming node ids that do not exist, or ``None`` for an anomaly (fall
+    back to one child each)."""
+    first = checks[0]
+    targets = tuple(dict.fromkeys(t for c in checks for t in c.targets))
+    env = command_env()
+    token = secrets.token_hex(8)
+    env[PROBE_TOKEN_ENV] = token
+    with tempfile.TemporaryFile() as out, _JunitPipe() as junit:
+        argv = child_argv(first.pin, junit.path, targets, BATCH_OPTIONS)
+        finished = run_in_group(argv, cwd=first.cwd, output=out, timeout=first.timeout,
+                                env=env, pass_fds=junit.fds)
+        tail = read_tail(out, OUTPUT_TAIL_BYTES)
+        xml = junit.read()
+    code = finished.returncode
+    if finished.timed_out or not isinstance(xml, bytes):
+        return None
+    if code == 4:
+        return _missing(checks, tail)
+    if _written_twice(xml):
+        return [_failed(c, REWRITTEN, "") for c in checks]
+    parsed = _cases(xml, probe_names(token))
+    if parsed is None:
+        return None
+    cases, probes = parsed
+    faked = any(outcome == "passed" for outcome in probes.values())
+    if faked or (any(not c.collect for c in cases) and len(probes) != 2):
+        return [_failed(c, tamper_text(faked), "") for c in checks]
+    breach = next((c for c in cases for t in (*c.text, *c.summary) if TAMPER_MARK in t),
+                  None)
+    if breach is not None:  # the probe plugin's outcome invariant caught a forged pass
+        return [_failed(c, f"{breach.nodeid}: {TAMPERED_FOUND}", _excerpt([breach]))
+                for c in checks]
+    bad = any(c.bad for c in cases)
+    expected = (1,) if probes or bad else (0, 5)
+    if code not in expected:
+        return None  # an exit status the outcomes do not explain
+    rootdir = _rootdir(first)
+    owners: list[list[_Case]] = [[] for _ in checks]
+    index = _Index(checks)
+    for case in cases:
+        hit = [j for j in index.candidates(case) if _selects(checks[j], case, rootdir)]
+        if not hit:
+            return None  # a testcase no criterion selects: not attributable
+        for j in hit:
+            owners[j].append(case)
+    return [_verdict(c, own, rootdir) for c, own in zip(checks, owners, strict=True)]
+
+
+def _rootdir(check: PytestCheck) -> str:
+    """The child's rootdir: the pin's ``--rootdir``, else the working directory."""
+    pin = list(check.pin)
+    if "--rootdir" in pin[:-1]:
+        return os.path.normpath(os.path.join(check.cwd, pin[pin.index("--rootdir") + 1]))
+    return os.path.normpath(check.cwd)
+
+
+#: pytest's words for a node id it did not find (exit 4).
+_NOT_FOUND = re.compile(r"^ERROR: (?:not found: |found no collectors for )(.+)$")
+
+
+def _missing(checks: Sequence[PytestCheck], tail: str) -> _Missing | None:
+    """The members whose targets pytest said it did not find (exit 4), or ``None`` when the
+    error names none of them (another usage error: one child each)."""
+    named: set[str] = set()
+    for line in tail.splitlines():
+        m = _NOT_FOUND.match(line.strip())
+        if m:
+            named.add(m.group(1).strip())
+    if not named:
+        return None
+    members = []
+    for j, check in enumerate(checks):
+        for target in check.targets:
+            path, sep, rest = target.partition("::")
+            spelt = {os.path.normpath(os.path.join(check.cwd, path)) + sep + rest,
+                     os.path.realpath(os.path.join(check.cwd, path)) + sep + rest}
+            if spelt & named:
+                members.append(j)
+                break
+    return _Missing(members) if members else None
+
+
+def _cases(xml: bytes, probes: tuple[str, ...]
+           ) -> tuple[list[_Case], dict[str, str]] | None:
+    """The testcases of a batched child's JUnit report (probes apart: name -> outcome), or
+    ``None`` when one cannot be attributed (a property missing, doubled, or not matching the
+    testcase's name)."""
+    from xml.etree import ElementTree  # imported when a batch runs
+
+    try:
+        root = ElementTree.fromstring(xml)
+    except ElementTree.ParseError:
+        return None
+    cases: list[_Case] = []
+    found: dict[str, str] = {}
+    for case in root.iter("testcase"):
+        name = case.get("name", "")
+        classname = case.get("classname", "")
+        tags = [child.tag for child in case]
+        if name in probes:
+            found[name] = next((outcome for tag, outcome in (
+                ("failure", "failed"), ("error", "error"), ("skipped", "skipped"))
+                if tag in tags), "passed")
+            continue
+        props: dict[str, list[str]] = {}
+        for prop in case.iter("property"):
+            props.setdefault(prop.get("name", ""), []).append(prop.get("value", ""))
+        ids, paths = props.get(NODEID_PROPERTY, []), props.get(PATH_PROPERTY, [])
+        if not ids and not paths:
+            messages = [child.get("message", "") for child in case
+                        if child.tag in ("error", "skipped")]
+            if not messages or not all(m in ("collection failure", "collection skipped")
+                                       for m in messages):
+                return None
+            mangled = f"{classname}.{name}" if classname else name
+            item = _Case(mangled, "", collect=True)
+        elif len(ids) == 1 and len(paths) == 1 and _mangle(ids[0]) == (classname, name):
+            item = _Case(ids[0], paths[0], collect=False)
+        else:
+            return None
+        for child in case:
+            if child.tag == "failure":
+                item.failures += 1
+            elif child.tag == "error":
+                item.errors += 1
+            elif child.tag == "skipped":
+                item.skipped = True
+            else:
+                continue
+            message = child.get("message", "")
+            if child.tag != "skipped":
+                body = (child.text or "").strip() or message
+                item.text.append(body[-CASE_TEXT_CHARS:])
+            head = message.strip().splitlines()[0] if message.strip() else ""
+            word = {"failure": "FAILED", "error": "ERROR", "skipped": "SKIPPED"}[child.tag]
+            item.summary.append(f"{word} {item.nodeid}" + (f" - {head}" if head else ""))
+        cases.append(item)
+    return cases, found
+
+
+def _mangle(nodeid: str) -> tuple[str, str]:
+    """``(classname, name)`` of a node id in pytest's JUnit report (``tests/test_a.py::T::t``
+    -> ``("tests.test_a.T", "t")``)."""
+    path, bracket, params = nodeid.partition("[")
+    names = path.split("::")
+    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
+    names[-1] += bracket + params
+    return ".".join(names[:-1]), names[-1]
+
+
+class _Index:
+    """Which members' targets may select a testcase: by the target's path, as written and
+    with symbolic links resolved (a testcase is looked up by its file and every folder above
+    it), so that attributing N testcases to N criteria does not take N x N comparisons."""
+
+    def __init__(self, checks: Sequence[PytestCheck]) -> None:
+        self._all = list(range(len(checks)))
+        self._by_path: dict[str, set[int]] = {}
+        for j, check in enumerate(checks):
+            for target in check.targets:
+                full = _target_path(check.cwd, target)
+                for key in {full, os.path.realpath(full)}:
+                    self._by_path.setdefault(key, set()).add(j)
+
+    def candidates(self, case: _Case) -> list[int]:
+        """The members that may select ``case``, in order (every member for a collection
+        report, which names a mangled path)."""
+        if case.collect:
+            return self._all
+        found: set[int] = set()
+        for start in {os.path.normpath(case.path), os.path.realpath(case.path)}:
+            path = start
+            while True:
+                found |= self._by_path.get(path, set())
+                parent = os.path.dirname(path)
+                if parent == path:
+                    break
+                path = parent
+        return sorted(found)
+
+
+def _selects(check: PytestCheck, case: _Case, rootdir: str) -> bool:
+    """Whether one of ``check``'s targets selects ``case``, as pytest selects: a path (the
+    file, or everything under a folder), or a node id (the item, the items under a class, or
+    every parametrization of a function named without brackets)."""
+    for target in check.targets:
+        path, sep, rest = target.partition("::")
+        full = os.path.normpath(os.path.join(check.cwd, path))
+        if case.collect:
+            if _collect_concerns(case.nodeid, full, rest, rootdir):
+                return True
+            continue
+        where = os.path.normpath(case.path)
+        if not _same_or_under(where, full, folder=not sep):
+            continue
+        if not sep:
+            return True
+        item_rest = case.nodeid.partition("::")[2]
+        if item_rest == rest or item_rest.startswith(rest + "::") or (
+                "[" not in rest and item_rest.startswith(rest + "[")):
+            return True
+    return False
+
+
+def _same_or_under(where: str, full: str, *, folder: bool) -> bool:
+    """Whether the path ``where`` is ``full`` (or, with ``folder``, under it), as written or
+    with symbolic links resolved."""
+    for a, b in ((where, full), (os.path.realpath(where), os.path.realpath(full))):
+        if a == b or (folder and a.startswith(b.rstrip(os.sep) + os.sep)):
+            return True
+    return False
+
+
+def _collect_concerns(mangled: str, full: str, rest: str, rootdir: str) -> bool:
+    """Whether a collection report of mangled name ``mangled`` concerns a target whose path is
+    ``full`` and whose node id goes on with ``rest`` (``""`` for a path): the same node, one
+    under it (a file in a folder, a class in a file), or one above it (the file of a node id,
+    a folder above a file)."""
+    rel = os.path.relpath(full, rootdir)
+    if rel.startswith(".."):
+        return False
+    if rel == ".":
+        return True
+    mine = re.sub(r"\.py$", "", rel.replace(os.sep, "."))
+    if rest:
+        mine += "." + rest.replace("::", ".")
+    return mangled == mine or mangled.startswith(mine + ".") or mine.startswith(mangled + ".")
+
+
+def _failed(check: PytestCheck, found: str, excerpt: str) -> CheckResult:
+    """A failure of ``check`` saying ``found``, in :class:`PytestCheck`'s words, with the
+    ``excerpt`` of its own failures."""
+    text = (f"{found}; expected all selected tests pass and at least one runs: "
+            f"`pytest {' '.join(check.targets)}`")
+    return CheckResult(False, text + (f"\noutput (its own failures):\n{excerpt}"
+                                      if excerpt else ""))
+
+
+def _collected_path(mangled: str, rootdir: str) -> str:
+    """The node id, relative to the rootdir, of a collection report's mangled name
+    (``tests.test_a`` -> ``tests/test_a.py``, ``tests.test_a.TestX`` ->
+    ``tests/test_a.py::TestX``, when that file exists), else ``mangled``."""
+    parts = mangled.split(".")
+    for k in range(len(parts), 0, -1):
+        rel = "/".join(parts[:k])
+        rest = "".join(f"::{name}" for name in parts[k:])
+        if os.path.isfile(os.path.join(rootdir, rel + ".py")):
+            return rel + ".py" + rest
+        if not rest and os.path.exists(os.path.join(rootdir, rel)):
+            return rel
+    return mangled
+
+
+def _verdict(check: PytestCheck, cases: list[_Case], rootdir: str) -> CheckResult | None:
+    """``check``'s verdict from its own testcases, by :class:`PytestCheck`'s rules; ``None``
+    when none was reported (its own child then says why, in pytest's words)."""
+    n = len(cases)
+    if n == 0:
+        return None
+    skipped = sum(1 for c in cases if c.skipped and not c.bad)
+    failures = sum(c.failures for c in cases)
+    errors = sum(c.errors for c in cases)
+    passed = n - skipped - sum(1 for c in cases if c.bad)
+    broken = [c for c in cases if c.collect and c.errors]
+    if not failures and not errors and passed >= 1:
+        return CheckResult(True)
+    if broken:
+        why = next((ln[1:].strip() for c in broken for t in c.text for ln in t.splitlines()
+                    if ln.startswith("E  ")), "")
+        where = _collected_path(broken[0].nodeid, rootdir)
+        told = f"{where} - {why}" if why else where
+        told = told if len(told) <= 200 else told[:199] + "\u2026"
+        found = f"pytest exit 2 (interrupted or collection errors: {told})"
+    elif not failures and not errors:
+        found = "the selected test was skipped" if n == 1 else \
+            f"all {n} selected tests were skipped"
+    else:
+        parts = [f"{failures} failed"]
+        if errors:
+            parts.append(f"{errors} errors")
+        parts.append(f"{passed} passed")
+        found = f"{', '.join(parts)} (pytest exit 1)"
+    return _failed(check, found, _excerpt([c for c in cases if c.bad]))
+
+
+def _excerpt(cases: list[_Case]) -> str:
+    """The failure texts of ``cases`` (cut from the front to :data:`OUTPUT_TAIL_BYTES`
+    characters), then one summary line each, as pytest ends its output
+    (``FAILED tests/test_a.py::test_x - AssertionError: ...``)."""
+    summary = "\n".join(line for c in cases for line in c.summary)
+    body = "\n\n".join(t for c in cases for t in c.text)
+    room = max(0, OUTPUT_TAIL_BYTES - len(summary))
+    if len(body) > room:
+        body = "\u2026" + body[len(body) - room:]
+    return f"{body}\n{summary}" if body else summary
