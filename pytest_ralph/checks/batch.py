@@ -87,13 +87,81 @@ def run_batch(checks: Sequence[PytestCheck]) -> list[CheckResult]:
     if len({batch_key(c) for c in checks}) > 1:
         raise ValueError("run_batch: the checks must share their cwd, pin options and timeout")
     results: dict[int, CheckResult] = {}
+    alone: list[int] = []
+    groups: dict[frozenset[str] | None, list[int]] = {}
+    for i, check in enumerate(checks):
+        if not _attributable(check):
+            alone.append(i)
+        else:
+            groups.setdefault(conftests_of(check), []).append(i)
+    for conftests, members in groups.items():
+        if conftests is None:  # too many files to tell: one child each
+            alone += members
+            continue
+        got = _run_group([checks[i] for i in members])
+        results.update(zip(members, got, strict=True))
+    for i in alone:
+        results[i] = checks[i].run()
+    return [results[i] for i in range(len(checks))]
+
+
+def _attributable(check: PytestCheck) -> bool:
+    """Whether ``check``'s testcases can be told apart in a batch by the paths pytest names:
+    each target's file exists (else pytest stops at the first, exit 4, and the criterion gets
+    pytest's own words from a child of its own) and no symbolic link leads to it (pytest
+    names a file by the path it was given, a link's own)."""
+    for target in check.targets:
+        full = _target_path(check.cwd, target)
+        if not os.path.lexists(full) or os.path.realpath(full) != full:
+            return False
+    return True
+
+
+#: Files and folders :func:`conftests_of` looks at, at most, under one folder target.
+CONFTEST_WALK_LIMIT = 20_000
+
+
+def conftests_of(check: PytestCheck) -> frozenset[str] | None:
+    """The ``conftest.py`` files a child pytest of ``check`` alone may load: those of the
+    rootdir and of every folder down to each target, and for a folder target every one under
+    it (none is left out, even where pytest would not recurse). Criteria batch only with those
+    of the same set: a ``conftest.py`` is a plugin of the whole session, so one that a
+    criterion alone would not load must not reach its tests.
+
+    Returns:
+        Absolute paths, or ``None`` when a folder holds more than
+        :data:`CONFTEST_WALK_LIMIT` entries (the criterion then runs alone).
+    """
+    root = os.path.normpath(_rootdir(check))
+    found: set[str] = set()
+    for target in check.targets:
+        full = _target_path(check.cwd, target)
+        folder = full if os.path.isdir(full) and "::" not in target else os.path.dirname(full)
+        here = folder
+        while True:
+            candidate = os.path.join(here, "conftest.py")
+            if os.path.lexists(candidate):
+                found.add(candidate)
+            if here == root or not here.startswith(root.rstrip(os.sep) + os.sep):
+                break
+            here = os.path.dirname(here)
+        if folder == full:
+            seen = 0
+            for top, dirs, files in os.walk(full):
+                seen += len(dirs) + len(files)
+                if seen > CONFTEST_WALK_LIMIT:
+                    return None
+                if "conftest.py" in files:
+                    found.add(os.path.join(top, "conftest.py"))
+    return frozenset(found)
+
+
+def _run_group(checks: Sequence[PytestCheck]) -> list[CheckResult]:
+    """The verdicts on ``checks`` (same :func:`batch_key`, same :func:`conftests_of`), from a
+    batched child, reruns without the criteria naming node ids that do not exist, and one
+    child each for the rest."""
+    results: dict[int, CheckResult] = {}
     todo = list(range(len(checks)))
-    # A target whose file does not exist: pytest stops at the first (exit 4, one line);
-    # those criteria get pytest's own words from a child of their own.
-    for i in list(todo):
-        if any(not os.path.lexists(_target_path(checks[i].cwd, t)) for t in checks[i].targets):
-            results[i] = checks[i].run()
-            todo.remove(i)
     for _ in range(MAX_RERUNS + 1):
         if len(todo) <= 1:
             break
@@ -142,8 +210,9 @@ class _Case:
 
 
 def _target_path(cwd: Path, target: str) -> str:
-    """The absolute, normalized path part of a target (before its first ``::``)."""
-    return os.path.normpath(os.path.join(cwd, target.partition("::")[0]))
+    """The absolute, normalized path part of a target (before its first ``::``), under the
+    working directory with its symbolic links resolved (as the child's ``os.getcwd()``)."""
+    return os.path.normpath(os.path.join(os.path.realpath(cwd), target.partition("::")[0]))
 
 
 def _run_once(checks: Sequence[PytestCheck]
@@ -169,7 +238,8 @@ def _run_once(checks: Sequence[PytestCheck]
         return _missing(checks, tail)
     if _written_twice(xml):
         return [_failed(c, REWRITTEN, "") for c in checks]
-    parsed = _cases(xml, probe_names(token))
+    rootdir = _rootdir(first)
+    parsed = _cases(xml, probe_names(token), rootdir)
     if parsed is None:
         return None
     cases, probes = parsed
@@ -185,24 +255,31 @@ def _run_once(checks: Sequence[PytestCheck]
     expected = (1,) if probes or bad else (0, 5)
     if code not in expected:
         return None  # an exit status the outcomes do not explain
-    rootdir = _rootdir(first)
     owners: list[list[_Case]] = [[] for _ in checks]
     index = _Index(checks)
+    concerned: set[int] = set()
     for case in cases:
         hit = [j for j in index.candidates(case) if _selects(checks[j], case, rootdir)]
         if not hit:
             return None  # a testcase no criterion selects: not attributable
+        if case.collect:
+            # A collection error's mangled name can stand for more than one path
+            # (tests/a.py and tests.a.py), and the batch itself can cause one (two test
+            # modules of one name): each criterion it may concern gets its own child.
+            concerned.update(hit)
+            continue
         for j in hit:
             owners[j].append(case)
-    return [_verdict(c, own, rootdir) for c, own in zip(checks, owners, strict=True)]
+    return [None if j in concerned else _verdict(c, own, rootdir)
+            for j, (c, own) in enumerate(zip(checks, owners, strict=True))]
 
 
 def _rootdir(check: PytestCheck) -> str:
     """The child's rootdir: the pin's ``--rootdir``, else the working directory."""
     pin = list(check.pin)
     if "--rootdir" in pin[:-1]:
-        return os.path.normpath(os.path.join(check.cwd, pin[pin.index("--rootdir") + 1]))
-    return os.path.normpath(check.cwd)
+        return os.path.realpath(os.path.join(check.cwd, pin[pin.index("--rootdir") + 1]))
+    return os.path.realpath(check.cwd)
 
 
 #: pytest's words for a node id it did not find (exit 4).
@@ -231,11 +308,11 @@ def _missing(checks: Sequence[PytestCheck], tail: str) -> _Missing | None:
     return _Missing(members) if members else None
 
 
-def _cases(xml: bytes, probes: tuple[str, ...]
+def _cases(xml: bytes, probes: tuple[str, ...], rootdir: str
            ) -> tuple[list[_Case], dict[str, str]] | None:
     """The testcases of a batched child's JUnit report (probes apart: name -> outcome), or
     ``None`` when one cannot be attributed (a property missing, doubled, or not matching the
-    testcase's name)."""
+    testcase's name or the node id's file; a probe reported twice or not as one failure)."""
     from xml.etree import ElementTree  # imported when a batch runs
 
     try:
@@ -249,9 +326,18 @@ def _cases(xml: bytes, probes: tuple[str, ...]
         classname = case.get("classname", "")
         tags = [child.tag for child in case]
         if name in probes:
-            found[name] = next((outcome for tag, outcome in (
+            outcome = next((outcome for tag, outcome in (
                 ("failure", "failed"), ("error", "error"), ("skipped", "skipped"))
                 if tag in tags), "passed")
+            if outcome == "passed":
+                found[name] = outcome  # a forged pass: every criterion fails
+            elif name in found or [t for t in tags if t in VERDICT_TAGS] != ["failure"]:
+                # Twice (an error of a fixture torn down after the last probe, or a testcase
+                # renamed to a probe's name), or not one failure: the outcome of some test
+                # hides there, and no criterion can be told it. One child each.
+                return None
+            else:
+                found[name] = outcome
             continue
         props: dict[str, list[str]] = {}
         for prop in case.iter("property"):
@@ -265,11 +351,16 @@ def _cases(xml: bytes, probes: tuple[str, ...]
                 return None
             mangled = f"{classname}.{name}" if classname else name
             item = _Case(mangled, "", collect=True)
-        elif len(ids) == 1 and len(paths) == 1 and _mangle(ids[0]) == (classname, name):
+        elif (len(ids) == 1 and len(paths) == 1 and _mangle(ids[0]) == (classname, name)
+              and _path_of(ids[0], rootdir) == os.path.normpath(paths[0])):
             item = _Case(ids[0], paths[0], collect=False)
         else:
             return None
         for child in case:
+            if child.tag == "error" and child.get("message", "").startswith(TEARDOWN_ERROR):
+                # A fixture torn down after this test (a module's, a package's, the
+                # session's) may belong to the tests of another criterion: one child each.
+                return None
             if child.tag == "failure":
                 item.failures += 1
             elif child.tag == "error":
@@ -287,6 +378,18 @@ def _cases(xml: bytes, probes: tuple[str, ...]
             item.summary.append(f"{word} {item.nodeid}" + (f" - {head}" if head else ""))
         cases.append(item)
     return cases, found
+
+
+#: How pytest's JUnit report begins the message of an error in a teardown.
+TEARDOWN_ERROR = "failed on teardown"
+
+#: The JUnit children of a testcase that carry its outcome.
+VERDICT_TAGS = ("failure", "error", "skipped")
+
+
+def _path_of(nodeid: str, rootdir: str) -> str:
+    """The file a node id names (its part before the first ``::``, under ``rootdir``)."""
+    return os.path.normpath(os.path.join(rootdir, nodeid.partition("::")[0]))
 
 
 def _mangle(nodeid: str) -> tuple[str, str]:
@@ -310,8 +413,7 @@ class _Index:
         for j, check in enumerate(checks):
             for target in check.targets:
                 full = _target_path(check.cwd, target)
-                for key in {full, os.path.realpath(full)}:
-                    self._by_path.setdefault(key, set()).add(j)
+                self._by_path.setdefault(full, set()).add(j)
 
     def candidates(self, case: _Case) -> list[int]:
         """The members that may select ``case``, in order (every member for a collection
@@ -319,7 +421,7 @@ class _Index:
         if case.collect:
             return self._all
         found: set[int] = set()
-        for start in {os.path.normpath(case.path), os.path.realpath(case.path)}:
+        for start in (os.path.normpath(case.path),):
             path = start
             while True:
                 found |= self._by_path.get(path, set())
@@ -335,8 +437,8 @@ def _selects(check: PytestCheck, case: _Case, rootdir: str) -> bool:
     file, or everything under a folder), or a node id (the item, the items under a class, or
     every parametrization of a function named without brackets)."""
     for target in check.targets:
-        path, sep, rest = target.partition("::")
-        full = os.path.normpath(os.path.join(check.cwd, path))
+        _path, sep, rest = target.partition("::")
+        full = _target_path(check.cwd, target)
         if case.collect:
             if _collect_concerns(case.nodeid, full, rest, rootdir):
                 return True
@@ -347,19 +449,22 @@ def _selects(check: PytestCheck, case: _Case, rootdir: str) -> bool:
         if not sep:
             return True
         item_rest = case.nodeid.partition("::")[2]
-        if item_rest == rest or item_rest.startswith(rest + "::") or (
-                "[" not in rest and item_rest.startswith(rest + "[")):
+        if item_rest == rest:
+            return True
+        # A class or a function named without parameters selects what is under it; a
+        # parametrized id only itself (an id may hold "::": test_x[v1]::x] is not under
+        # test_x[v1]).
+        if "[" not in rest and (item_rest.startswith(rest + "::")
+                                or item_rest.startswith(rest + "[")):
             return True
     return False
 
 
 def _same_or_under(where: str, full: str, *, folder: bool) -> bool:
-    """Whether the path ``where`` is ``full`` (or, with ``folder``, under it), as written or
-    with symbolic links resolved."""
-    for a, b in ((where, full), (os.path.realpath(where), os.path.realpath(full))):
-        if a == b or (folder and a.startswith(b.rstrip(os.sep) + os.sep)):
-            return True
-    return False
+    """Whether the path ``where`` is ``full`` (or, with ``folder``, under it), as written:
+    a test file reached through a symbolic link belongs to the folder of the link, as
+    pytest names it, never to the criterion of the file it leads to."""
+    return where == full or (folder and where.startswith(full.rstrip(os.sep) + os.sep))
 
 
 def _collect_concerns(mangled: str, full: str, rest: str, rootdir: str) -> bool:
@@ -369,7 +474,7 @@ def _collect_concerns(mangled: str, full: str, rest: str, rootdir: str) -> bool:
     a folder above a file)."""
     rel = os.path.relpath(full, rootdir)
     if rel.startswith(".."):
-        return False
+        return True  # outside the rootdir: its name cannot be told, so it may concern it
     if rel == ".":
         return True
     mine = re.sub(r"\.py$", "", rel.replace(os.sep, "."))

@@ -1,11 +1,12 @@
 """Batched ``pytest`` criteria (ini ``ralph_check_batch``): the pytest side of
 :mod:`pytest_ralph.checks.batch`.
 
-Lazy: at the runtest of the first ``pytest`` criterion item, the ``pytest`` criteria still to
-run in this session (``session.items``, after ``-k``/``-m`` and deselection: ``-k`` selecting
-one criterion runs only it) whose check shares its working directory, pin options and timeout
-(:func:`~pytest_ralph.checks.batch.batch_key`), and which have no ``timeout`` of their own, run
-in one child pytest; each other item's verdict waits in its stash until its own runtest,
+Lazy: at the runtest of the first ``pytest`` criterion item, the ``pytest`` criteria that
+follow it in this session (``session.items``, after ``-k``/``-m`` and deselection: ``-k``
+selecting one criterion runs only it) whose check shares its working directory, pin options
+and timeout (:func:`~pytest_ralph.checks.batch.batch_key`), and which have no ``timeout`` of
+their own, run in one child pytest, up to the first criterion that may change the tree
+(:data:`READ_ONLY_KINDS`); each other item's verdict waits in its stash until its own runtest,
 which uses it only if the check its hook makes then is the same check.
 
 Under pytest-xdist a worker batches the items it holds: the one it runs and those queued for
@@ -24,6 +25,13 @@ import pytest
 from ..checks.base import CheckResult
 from ..checks.batch import batch_key, run_batch
 from ..checks.pytest_kind import PytestCheck
+
+#: Kinds whose check runs no code of the project (a file's presence or content, a schema, a
+#: claimed text): a batch reaches past them. Any other criterion (a ``run`` command, a
+#: ``python`` function, a plugin's kind, a ``pytest`` criterion of its own child) may change
+#: the tree, so a batch ends before it: every criterion is checked after those before it in
+#: the session, as one child per criterion would be.
+READ_ONLY_KINDS = frozenset({"exists", "file", "schema"})
 
 #: An item's verdict from a batch another item ran: (the check it was made for, the verdict).
 BATCHED = pytest.StashKey[tuple[PytestCheck, CheckResult]]()
@@ -51,18 +59,23 @@ def batched_result(item: Any, check: PytestCheck) -> CheckResult:
     key = batch_key(check)
     members: list[tuple[Any, PytestCheck]] = [(item, check)]
     for other in _pending(item):
-        if other is item or not isinstance(other, type(item)) or BATCHED in other.stash:
+        if other is item or BATCHED in getattr(other, "stash", {}):
             continue
+        if not isinstance(other, type(item)):
+            break
+        if other.criterion.kind in READ_ONLY_KINDS:
+            continue  # it runs nothing: checking it later changes nothing
         if other.criterion.kind != "pytest" or other.criterion.timeout is not None:
-            continue
+            break  # it may change the tree: the criteria after it are checked after it
         try:
             made = other.ihook.pytest_ralph_make_check(
                 criterion=other.criterion, story=other.story, prd_path=other.path,
                 config=other.config)
         except Exception:  # its own runtest reports it
-            continue
-        if batchable(other, made) and batch_key(made) == key:
-            members.append((other, made))
+            break
+        if not (batchable(other, made) and batch_key(made) == key):
+            break
+        members.append((other, made))
     if len(members) == 1:
         return check.run()
     results = run_batch([m for _, m in members])
