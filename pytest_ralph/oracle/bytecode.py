@@ -28,6 +28,10 @@ loaded as that module.
   written), and before each check phase :meth:`TrustedBytecode.ready` removes every file in it
   that the loop did not write, or that changed since it did.
 
+Outside the loop (the gate, ``pytest prd.json``), the processes checks start get a private
+folder of their own, which :func:`seed_from_loaded` fills with copies of the bytecode the gate
+itself loaded from outside the project.
+
 This module does not import pytest.
 """
 
@@ -289,3 +293,125 @@ def _fresh(pyc: Path, header: bytes) -> bool:
         return False
     return (len(data) == _HEADER_BYTES and data[:4] == importlib.util.MAGIC_NUMBER
             and data[4:8] == b"\0\0\0\0" and data[8:] == header)
+
+
+def _under(path: str, folders: Iterable[str]) -> bool:
+    return any(path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+               for folder in folders)
+
+
+def _standard_cache(source: str) -> str | None:
+    """Where this process reads ``source``'s bytecode (``importlib.util.cache_from_source``
+    under this process's own ``sys.pycache_prefix``), or ``None``."""
+    try:
+        return importlib.util.cache_from_source(source)
+    except (NotImplementedError, ValueError):  # pragma: no cover - no cache tag
+        return None
+
+
+def _rewrite_cache(folder: str | None, source: str, tail: str) -> Path:
+    """Where pytest's assertion rewriter caches the rewritten code of ``source`` under the
+    bytecode prefix ``folder`` (``None``: the ``__pycache__`` beside it): its
+    ``get_cache_dir`` joined with ``<name><tail>``."""
+    path = Path(source)
+    name = path.name[:-3] + tail
+    if folder:
+        return Path(folder).joinpath(*path.parts[1:-1]) / name
+    return path.parent / "__pycache__" / name
+
+
+def _header_matches(data: bytes, source: str, info: os.stat_result, *, hashed: bool) -> bool:
+    """Whether ``data`` (a ``.pyc``'s bytes) is code of this interpreter for ``source`` as it
+    is now: a timestamp header (flags 0, the source's modification time and size), or with
+    ``hashed`` a checked-hash one (flags 3, ``importlib.util.source_hash`` of its bytes)."""
+    if len(data) <= _HEADER_BYTES or data[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    if hashed:
+        try:
+            with open(source, "rb") as f:
+                digest = importlib.util.source_hash(f.read())
+        except OSError:
+            return False
+        return data[4:8] == b"\3\0\0\0" and data[8:_HEADER_BYTES] == digest[:8]
+    header = (int(info.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (
+        info.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+    return data[4:8] == b"\0\0\0\0" and data[8:_HEADER_BYTES] == header
+
+
+def seed_from_loaded(prefix: Path, project: Path, modules: Iterable[object] | None = None, *,
+                     rewriter: type | None = None, rewrite_tail: str = "") -> list[Path]:
+    """Copy into the bytecode folder ``prefix`` (a process's ``PYTHONPYCACHEPREFIX``) the
+    bytecode of the modules this process has already imported from outside ``project``, so
+    that a child started with that prefix does not compile pytest, its plugins and the
+    standard library again (about 2 s on two CPUs).
+
+    Safe because this process itself loaded exactly those files: the child trusts nothing
+    its parent did not already trust. The project's files are never seeded (they are what an
+    agent plants): a module is copied only when
+
+    - it has a ``__file__`` ending in ``.py`` and a ``__cached__``, the path ``importlib``
+      computes for that source here (so this process read or wrote that very file);
+    - neither the source as written, nor its real path, nor the ``.pyc``'s real path is
+      ``project`` or under it (also through symbolic links: ``project`` is compared both as
+      given and resolved);
+    - the ``.pyc`` exists and its header is this interpreter's magic number, flags 0 (a
+      timestamp ``.pyc``) and the source's current modification time and size: what Python
+      itself checks before loading it, so a stale or hash-based file is skipped.
+
+    Each is copied to :func:`cache_path` ``(prefix, source)``, where ``importlib`` looks
+    with ``sys.pycache_prefix`` set to ``prefix``; an existing file there is left alone.
+
+    A module whose loader is a ``rewriter`` (pytest's assertion-rewriting importer, which
+    loads plugins' modules from its own cache, ``<name><rewrite_tail>``) is seeded from that
+    cache instead, under the same conditions except the header: flags 3 (checked hash) and
+    the source's hash, what that importer checks.
+
+    Args:
+        prefix: the bytecode folder (absolute).
+        project: the project folder (the rootdir).
+        modules: the modules to consider; default ``sys.modules``' values.
+        rewriter: the class of an assertion-rewriting loader, or ``None``.
+        rewrite_tail: the name tail of its cache files (with ``rewriter``).
+
+    Returns:
+        The ``.pyc`` files written under ``prefix``. Unreadable files are skipped; nothing
+        is raised for them.
+    """
+    given = os.path.abspath(project)
+    excluded = (given, os.path.realpath(given))
+    chosen = list(sys.modules.values()) if modules is None else list(modules)
+    written: list[Path] = []
+    for module in chosen:
+        source = getattr(module, "__file__", None)
+        cached = getattr(module, "__cached__", None)
+        if not (isinstance(source, str) and isinstance(cached, str) and source.endswith(".py")
+                and os.path.isabs(source)):
+            continue
+        if cached != _standard_cache(source):
+            continue
+        hashed = (rewriter is not None and bool(rewrite_tail)
+                  and isinstance(getattr(module, "__loader__", None), rewriter))
+        if hashed:
+            cached = str(_rewrite_cache(sys.pycache_prefix, source, rewrite_tail))
+            target = _rewrite_cache(str(prefix), source, rewrite_tail)
+        else:
+            target = cache_path(prefix, source)
+        if (_under(os.path.normpath(source), excluded)
+                or _under(os.path.realpath(source), excluded)
+                or _under(os.path.realpath(cached), excluded)):
+            continue
+        try:
+            info = os.stat(source)
+            with open(cached, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        if not _header_matches(data, source, info, hashed=hashed) or target.exists():
+            continue
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        except OSError:
+            continue
+        written.append(target)
+    return written
