@@ -17,13 +17,12 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..oracle.bytecode import seed_from_loaded
+from ..oracle.bytecode import loaded_rewriter, seed_from_loaded
 from ..util.env import CHILD_ENV
 from ..util.process import read_tail, run_in_group
 from .phase import (
@@ -109,13 +108,8 @@ def _pycache_prefix(project: Path | None = None) -> str:
             forget_project_bytecode(prefix, project)
             shutil.rmtree(prefix / os.path.abspath(project).lstrip(os.sep), ignore_errors=True)
         else:
-            # pytest's assertion rewriter, when this process runs under pytest (not imported).
-            rewrite = sys.modules.get("_pytest.assertion.rewrite")
-            hook = getattr(rewrite, "AssertionRewritingHook", None)
-            tail = getattr(rewrite, "PYC_TAIL", "")
-            seed_from_loaded(prefix, project,
-                             rewriter=hook if isinstance(hook, type) else None,
-                             rewrite_tail=tail if isinstance(tail, str) else "")
+            rewriter, tail = loaded_rewriter()
+            seed_from_loaded(prefix, project, rewriter=rewriter, rewrite_tail=tail)
         _seen_projects.append(os.path.abspath(project))
     return _own_pycache[0]
 

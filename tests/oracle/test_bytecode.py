@@ -437,3 +437,40 @@ def test_seeding_takes_a_rewriters_cache_for_the_modules_it_loaded(tmp_path: Pat
     # Without the rewriter, the same modules' ordinary bytecode is what is copied.
     assert seed_from_loaded(prefix, tmp_path / "project", [good]) == [
         cache_path(prefix, good.__file__ or "")]
+
+
+def test_the_loops_folder_gets_the_rewrite_cache_of_the_plugins_the_loop_loaded(
+        tmp_path: Path) -> None:
+    """This process runs under pytest, which loaded its plugins' modules (pytest-ralph's,
+    xdist's) rewritten: a run's own folder gets their rewrite cache, recorded as the loop's
+    (kept by ready()), where a child's pytest looks for it; never for a project holding them,
+    nor a stale cache."""
+    from _pytest.assertion.rewrite import PYC_TAIL, AssertionRewritingHook, _read_pyc
+
+    def cache(source: Path) -> Path:
+        return source.parent / "__pycache__" / (source.stem + PYC_TAIL)
+
+    rewritten = [Path(m.__file__) for m in list(sys.modules.values())
+                 if isinstance(getattr(m, "__loader__", None), AssertionRewritingHook)
+                 and isinstance(getattr(m, "__file__", None), str)
+                 and "site-packages" in (m.__file__ or "")]
+    valid = [p for p in rewritten if _read_pyc(p, cache(p)) is not None]
+    assert valid, rewritten
+    folder = tmp_path / "bc"
+    folder.mkdir()
+    trusted = TrustedBytecode(folder, tmp_path / "project", verify=True)
+    assert trusted.seed_rewritten() >= len(valid)
+    for source in valid:
+        target = folder.joinpath(*source.parts[1:-1]) / (source.stem + PYC_TAIL)
+        assert target in trusted.written
+        assert _read_pyc(source, target) is not None  # what pytest itself accepts
+    assert trusted.ready() == []
+    assert all(path.is_file() for path in trusted.written)
+    stale = [p for p in rewritten if p not in valid]
+    assert not any(folder.joinpath(*p.parts[1:-1]) / (p.stem + PYC_TAIL) in trusted.written
+                   for p in stale)
+    (tmp_path / "bc2").mkdir()
+    site = next(p for p in valid[0].parents if p.name == "site-packages")
+    again = TrustedBytecode(tmp_path / "bc2", site, verify=True)
+    again.seed_rewritten()
+    assert not any(str(site).lstrip("/") in str(path) for path in again.written)
