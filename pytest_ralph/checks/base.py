@@ -22,9 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from ..oracle.bytecode import loaded_rewriter, seed_from_loaded
 from ..util.env import CHILD_ENV
 from ..util.process import read_tail, run_in_group
-from .phase import PYCACHE_DIR_PREFIX, PYCACHE_PREFIX_ENV, private_bytecode
+from .phase import (
+    PYCACHE_DIR_PREFIX,
+    PYCACHE_PREFIX_ENV,
+    forget_project_bytecode,
+    private_bytecode,
+)
 
 #: Default seconds a ``run`` criterion may take before its process group is killed.
 DEFAULT_CHECK_TIMEOUT = 600.0
@@ -66,11 +72,25 @@ class Check(Protocol):
 #: The private bytecode folder of this process, once made (see :func:`_pycache_prefix`).
 _own_pycache: list[str] = []
 
+#: The project folders (absolute) the folder was seeded for or cleaned of (see
+#: :func:`_pycache_prefix`).
+_seen_projects: list[str] = []
 
-def _pycache_prefix() -> str:
+
+def _pycache_prefix(project: Path | None = None) -> str:
     """The private bytecode folder for the processes checks start: in the loop's child, the
-    check phase's (already in our environment); else a folder made on first use and removed
-    when this process exits.
+    check phase's (already in our environment, kept warm by the loop); else a folder made on
+    first use and removed when this process exits.
+
+    That folder is seeded, at the first call naming a ``project``, with the bytecode this
+    process loaded from outside it (:func:`pytest_ralph.oracle.bytecode.seed_from_loaded`),
+    so that a child pytest does not compile pytest and its plugins again. A later call naming
+    another project removes whatever the folder holds under that one (the seeding excluded
+    only the first).
+
+    Args:
+        project: the project folder (rootdir) the check runs in; ``None`` (a ``run`` command,
+            whose working folder may be anywhere): no seeding.
 
     Raises:
         OSError: the folder cannot be made.
@@ -79,23 +99,36 @@ def _pycache_prefix() -> str:
     if os.environ.get(CHILD_ENV) and inherited:
         return inherited
     if not _own_pycache:
-        folder = tempfile.mkdtemp(prefix=PYCACHE_DIR_PREFIX)
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
-        _own_pycache.append(folder)
+        made = tempfile.mkdtemp(prefix=PYCACHE_DIR_PREFIX)
+        atexit.register(shutil.rmtree, made, ignore_errors=True)
+        _own_pycache.append(made)
+    if project is not None and os.path.abspath(project) not in _seen_projects:
+        prefix = Path(_own_pycache[0])
+        if _seen_projects:
+            forget_project_bytecode(prefix, project)
+            shutil.rmtree(prefix / os.path.abspath(project).lstrip(os.sep), ignore_errors=True)
+        else:
+            rewriter, tail = loaded_rewriter()
+            seed_from_loaded(prefix, project, rewriter=rewriter, rewrite_tail=tail)
+        _seen_projects.append(os.path.abspath(project))
     return _own_pycache[0]
 
 
-def command_env() -> dict[str, str]:
+def command_env(project: Path | None = None) -> dict[str, str]:
     """The environment of a checked command: ours, minus the loop-child marker (a pytest the
     command starts is an ordinary pytest), with Python bytecode kept in a private folder
     (:func:`_pycache_prefix`, :func:`pytest_ralph.checks.phase.private_bytecode`).
+
+    Args:
+        project: the project folder (rootdir) the command runs in, ``None`` when it is not
+            known: see :func:`_pycache_prefix`.
 
     Raises:
         OSError: the private bytecode folder cannot be made.
     """
     env = dict(os.environ)
     env.pop(CHILD_ENV, None)
-    private_bytecode(env, _pycache_prefix())
+    private_bytecode(env, _pycache_prefix(project))
     return env
 
 

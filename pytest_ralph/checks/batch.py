@@ -222,7 +222,7 @@ def _run_once(checks: Sequence[PytestCheck]
     back to one child each)."""
     first = checks[0]
     targets = tuple(dict.fromkeys(t for c in checks for t in c.targets))
-    env = command_env()
+    env = command_env(first.cwd)
     token = secrets.token_hex(8)
     env[PROBE_TOKEN_ENV] = token
     with tempfile.TemporaryFile() as out, _JunitPipe() as junit:

@@ -98,7 +98,7 @@ class PytestCheck:
         """Run the tests and read their JUnit XML."""
         shown = " ".join(self.targets)
         expected = "all selected tests pass and at least one runs"
-        env = command_env()
+        env = command_env(self.cwd)
         token = secrets.token_hex(8)
         env[PROBE_TOKEN_ENV] = token
         with tempfile.TemporaryFile() as out, _JunitPipe() as junit:

@@ -203,7 +203,7 @@ class PythonCheck:
                 finished = run_in_group([sys.executable, "-c", _PYTHON_RUNNER], cwd=self.rootdir,
                                         output=out, timeout=self.timeout,
                                         input=spec.encode("utf-8", "surrogateescape"),
-                                        env=command_env())
+                                        env=command_env(self.rootdir))
             except OSError as exc:
                 return CheckResult(False, f"cannot start a Python process ({sys.executable}) in "
                                           f"{self.rootdir} for `{self.target}()`: {exc}; "

@@ -91,7 +91,7 @@ def git_state(root: Path, *, timeout: float = GIT_TIMEOUT,
 def _git(root: Path, args: tuple[str, ...], timeout: float, max_bytes: int) -> str | None:
     """The stdout of ``git <args>`` run in ``root`` (bounded, see :func:`git_state`), or
     ``None`` when git cannot run, exits non-zero or times out."""
-    env = command_env()
+    env = command_env(root)
     env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0")  # read only: never lock
     argv = ["git", "-c", "core.quotePath=false", "-c", "core.fsmonitor=false", *args]
     try:
@@ -203,7 +203,8 @@ class VerifierCheck:
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             try:
                 finished = run_in_group(argv, cwd=self.rootdir, output=out, errors=err,
-                                        timeout=self.timeout, input=payload, env=command_env())
+                                        timeout=self.timeout, input=payload,
+                                        env=command_env(self.rootdir))
             except OSError as exc:
                 return self._result(False, _not_started(shown, argv[0], exc, self.rootdir))
             stdout_tail = read_tail(out, OUTPUT_TAIL_BYTES).strip()

@@ -224,6 +224,7 @@ class RunEngine:
         with self._store.locked(state):
             self._bytecode = TrustedBytecode.for_run(self.rootdir,
                                                      confined=self.sandbox.confined)
+            self._bytecode.seed_rewritten()
             self._bytecode.prime_in_background(self._bytecode.sources_loaded_here())
             self._budget.start()
             try:

@@ -28,6 +28,10 @@ loaded as that module.
   written), and before each check phase :meth:`TrustedBytecode.ready` removes every file in it
   that the loop did not write, or that changed since it did.
 
+Outside the loop (the gate, ``pytest prd.json``), the processes checks start get a private
+folder of their own, which :func:`seed_from_loaded` fills with copies of the bytecode the gate
+itself loaded from outside the project.
+
 This module does not import pytest.
 """
 
@@ -217,6 +221,35 @@ class TrustedBytecode:
                         self.written[target] = digest
         return done
 
+    def seed_rewritten(self) -> int:
+        """Put into :attr:`folder` pytest's assertion-rewrite cache of the modules this
+        process (the controller, which never imports project code) loaded through that
+        rewriter from outside the project, pytest-ralph's own among them: each check phase's
+        pytest and its batched child load them rewritten, and without the cache rewrite them
+        all again (about 0.8 s each here), the folder being read-only to them. Copied by
+        :func:`seed_from_loaded`, so only files this process itself loaded, with a header
+        that matches the source's hash, never a project file; a run's own folder records them
+        as written by the loop. Returns how many files were written."""
+        rewriter, tail = loaded_rewriter()
+        if rewriter is None or not tail:
+            return 0
+        mine = [m for m in list(sys.modules.values())
+                if isinstance(getattr(m, "__loader__", None), rewriter)
+                and self._own_source(getattr(m, "__file__", None))]
+        done = seed_from_loaded(self.folder, Path(self._project), mine, rewriter=rewriter,
+                                rewrite_tail=tail)
+        if self.verify:
+            for target in done:
+                digest = _digest(target)
+                if digest is not None:
+                    with self._lock:
+                        self.written[target] = digest
+        return len(done)
+
+    def _own_source(self, source: object) -> bool:
+        return (isinstance(source, str) and source in self._own
+                and os.path.realpath(source) == source and not self._inside_project(source))
+
     def prime_in_background(self, sources: Iterable[str]) -> None:
         """:meth:`prime` in a daemon thread (one at a time; :meth:`ready` waits for it)."""
         todo = list(sources)
@@ -289,3 +322,141 @@ def _fresh(pyc: Path, header: bytes) -> bool:
         return False
     return (len(data) == _HEADER_BYTES and data[:4] == importlib.util.MAGIC_NUMBER
             and data[4:8] == b"\0\0\0\0" and data[8:] == header)
+
+
+def _under(path: str, folders: Iterable[str]) -> bool:
+    return any(path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+               for folder in folders)
+
+
+def _standard_cache(source: str) -> str | None:
+    """Where this process reads ``source``'s bytecode (``importlib.util.cache_from_source``
+    under this process's own ``sys.pycache_prefix``), or ``None``."""
+    try:
+        return importlib.util.cache_from_source(source)
+    except (NotImplementedError, ValueError):  # pragma: no cover - no cache tag
+        return None
+
+
+def _rewrite_cache(folder: str | None, source: str, tail: str) -> Path:
+    """Where pytest's assertion rewriter caches the rewritten code of ``source`` under the
+    bytecode prefix ``folder`` (``None``: the ``__pycache__`` beside it): its
+    ``get_cache_dir`` joined with ``<name><tail>``."""
+    path = Path(source)
+    name = path.name[:-3] + tail
+    if folder:
+        return Path(folder).joinpath(*path.parts[1:-1]) / name
+    return path.parent / "__pycache__" / name
+
+
+def _header_matches(data: bytes, source: str, info: os.stat_result, *, hashed: bool) -> bool:
+    """Whether ``data`` (a ``.pyc``'s bytes) is code of this interpreter for ``source`` as it
+    is now: a timestamp header (flags 0, the source's modification time and size), or with
+    ``hashed`` a checked-hash one (flags 3, ``importlib.util.source_hash`` of its bytes)."""
+    if len(data) <= _HEADER_BYTES or data[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    if hashed:
+        try:
+            with open(source, "rb") as f:
+                digest = importlib.util.source_hash(f.read())
+        except OSError:
+            return False
+        return data[4:8] == b"\3\0\0\0" and data[8:_HEADER_BYTES] == digest[:8]
+    header = (int(info.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (
+        info.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+    return data[4:8] == b"\0\0\0\0" and data[8:_HEADER_BYTES] == header
+
+
+def loaded_rewriter() -> tuple[type | None, str]:
+    """pytest's assertion-rewriting loader class and the name tail of its cache files, when
+    this process runs under pytest (read from ``sys.modules``, never imported), else
+    ``(None, "")``: the ``rewriter`` and ``rewrite_tail`` of :func:`seed_from_loaded`."""
+    rewrite = sys.modules.get("_pytest.assertion.rewrite")
+    hook = getattr(rewrite, "AssertionRewritingHook", None)
+    tail = getattr(rewrite, "PYC_TAIL", "")
+    return (hook if isinstance(hook, type) else None), (tail if isinstance(tail, str) else "")
+
+
+def seed_from_loaded(prefix: Path, project: Path, modules: Iterable[object] | None = None, *,
+                     rewriter: type | None = None, rewrite_tail: str = "") -> list[Path]:
+    """Copy into the bytecode folder ``prefix`` (a process's ``PYTHONPYCACHEPREFIX``) the
+    bytecode of the modules this process has already imported from outside ``project``, so
+    that a child started with that prefix does not compile pytest, its plugins and the
+    standard library again (about 2 s on two CPUs).
+
+    Safe because this process itself loaded exactly those files: the child trusts nothing
+    its parent did not already trust. The project's files are never seeded (they are what an
+    agent plants): a module is copied only when
+
+    - it has a ``__file__`` ending in ``.py`` and a ``__cached__``, the path ``importlib``
+      computes for that source here (so this process read or wrote that very file);
+    - neither the source as written, nor its real path, nor the ``.pyc``'s real path is
+      ``project`` or under it (also through symbolic links: ``project`` is compared both as
+      given and resolved);
+    - the ``.pyc`` exists and its header is this interpreter's magic number, flags 0 (a
+      timestamp ``.pyc``) and the source's current modification time and size: what Python
+      itself checks before loading it, so a stale or hash-based file is skipped.
+
+    Each is copied to :func:`cache_path` ``(prefix, source)``, where ``importlib`` looks
+    with ``sys.pycache_prefix`` set to ``prefix``, replacing a file there unless it holds the
+    same bytes.
+
+    A module whose loader is a ``rewriter`` (pytest's assertion-rewriting importer, which
+    loads plugins' modules from its own cache, ``<name><rewrite_tail>``) is seeded from that
+    cache instead, under the same conditions except the header: flags 3 (checked hash) and
+    the source's hash, what that importer checks.
+
+    Args:
+        prefix: the bytecode folder (absolute).
+        project: the project folder (the rootdir).
+        modules: the modules to consider; default ``sys.modules``' values.
+        rewriter: the class of an assertion-rewriting loader, or ``None``.
+        rewrite_tail: the name tail of its cache files (with ``rewriter``).
+
+    Returns:
+        The ``.pyc`` files written under ``prefix``. Unreadable files are skipped; nothing
+        is raised for them.
+    """
+    given = os.path.abspath(project)
+    excluded = (given, os.path.realpath(given))
+    chosen = list(sys.modules.values()) if modules is None else list(modules)
+    written: list[Path] = []
+    for module in chosen:
+        source = getattr(module, "__file__", None)
+        cached = getattr(module, "__cached__", None)
+        if not (isinstance(source, str) and isinstance(cached, str) and source.endswith(".py")
+                and os.path.isabs(source)):
+            continue
+        if cached != _standard_cache(source):
+            continue
+        hashed = (rewriter is not None and bool(rewrite_tail)
+                  and isinstance(getattr(module, "__loader__", None), rewriter))
+        if hashed:
+            cached = str(_rewrite_cache(sys.pycache_prefix, source, rewrite_tail))
+            target = _rewrite_cache(str(prefix), source, rewrite_tail)
+        else:
+            target = cache_path(prefix, source)
+        if (_under(os.path.normpath(source), excluded)
+                or _under(os.path.realpath(source), excluded)
+                or _under(os.path.realpath(cached), excluded)):
+            continue
+        try:
+            info = os.stat(source)
+            with open(cached, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        if not _header_matches(data, source, info, hashed=hashed):
+            continue
+        try:
+            if target.read_bytes() == data:
+                continue
+        except OSError:
+            pass
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        except OSError:
+            continue
+        written.append(target)
+    return written

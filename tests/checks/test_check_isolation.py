@@ -355,6 +355,30 @@ def test_planted_bytecode_is_never_loaded_by_a_check(pytester: pytest.Pytester,
     assert sorted(p.name for p in pytester.path.rglob("*.pyc")) == planted  # nothing written
 
 
+def test_bytecode_the_gate_loaded_from_the_project_is_not_given_to_its_checks(
+        pytester: pytest.Pytester, write_prd: Writer) -> None:
+    """The gate seeds its checks' private folder with the bytecode it loaded itself, but
+    never a project file's: here the gate's conftest.py imports app, whose planted timestamp
+    .pyc (its header matches app.py) the gate itself loads."""
+    (pytester.path / "tests").mkdir()
+    app = pytester.path / "app.py"
+    app.write_text("def value(): return 1\n")  # the real code: wrong
+    st = app.stat()
+    pyc = Path(importlib.util.cache_from_source(str(app)))
+    pyc.parent.mkdir()
+    pyc.write_bytes(importlib.util.MAGIC_NUMBER + struct.pack("<I", 0)
+                    + struct.pack("<LL", int(st.st_mtime) & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF)
+                    + marshal.dumps(compile("def value(): return 2\n", str(app), "exec")))
+    (pytester.path / "conftest.py").write_text(
+        "import app\nassert app.value() == 2  # the gate itself loaded the plant\n")
+    (pytester.path / "tests" / "test_app.py").write_text(
+        "from app import value\ndef test_value(): assert value() == 2\n")
+    write_prd(story("US-1", {"pytest": "tests/test_app.py"}))
+    result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", "prd.json")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*assert 1 == 2*"])
+
+
 def test_the_check_phase_keeps_bytecode_in_a_private_folder_it_removes(
         pytester: pytest.Pytester, write_prd: Writer) -> None:
     (pytester.path / "tests").mkdir()

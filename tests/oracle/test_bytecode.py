@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import marshal
 import os
 import shutil
 import subprocess
@@ -327,3 +328,149 @@ def test_the_default_trusted_folders_are_the_interpreters_own() -> None:
     folder_source = importlib.util.find_spec("_pytest.reports")
     assert folder_source is not None and folder_source.origin
     assert any(folder_source.origin.startswith(root) for root in roots)
+
+
+# --- seeding a private folder from what this process loaded (the gate) ----------------------
+
+def _compiled(path: Path, body: str | None) -> types.ModuleType:
+    """A module object for ``path`` (written with ``body`` unless ``None``) with its timestamp
+    ``.pyc`` at the standard place, as an import in this process leaves it."""
+    import py_compile
+
+    if body is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(body)
+    cached = importlib.util.cache_from_source(str(path))
+    py_compile.compile(str(path), cfile=cached, doraise=True,
+                       invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+    module = types.ModuleType(path.stem)
+    module.__file__ = str(path)
+    module.__cached__ = cached
+    return module
+
+
+def _loaded(prefix: Path, folder: Path, name: str) -> str:
+    """What a child with ``PYTHONPYCACHEPREFIX=prefix`` gets from ``import name`` (its VALUE
+    and where its bytecode came from), without writing bytecode."""
+    code = f"import {name}; print({name}.VALUE, {name}.__spec__.cached)"
+    env = {**os.environ, "PYTHONPYCACHEPREFIX": str(prefix), "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=folder, env=env, check=True).stdout.strip()
+
+
+def test_seeding_copies_the_bytecode_of_outside_modules_which_the_child_then_loads(
+        tmp_path: Path) -> None:
+    from pytest_ralph.oracle.bytecode import seed_from_loaded
+
+    lib = tmp_path / "lib"
+    module = _compiled(lib / "outside.py", "VALUE = 1\n")
+    # Bytecode that differs from the source but has its header: only what was copied gives it.
+    cached = Path(module.__cached__)
+    data = cached.read_bytes()
+    cached.write_bytes(data[:16] + marshal.dumps(compile("VALUE = 7\n", "x", "exec")))
+    prefix = tmp_path / "prefix"
+    prefix.mkdir()
+    project = tmp_path / "project"
+    project.mkdir()
+    target = cache_path(prefix, str(lib / "outside.py"))
+    assert seed_from_loaded(prefix, project, [module]) == [target]
+    assert _loaded(prefix, lib, "outside") == f"7 {target}"
+
+
+def test_seeding_skips_project_files_stale_or_hashed_bytecode_and_links_into_the_project(
+        tmp_path: Path) -> None:
+    from pytest_ralph.oracle.bytecode import seed_from_loaded
+
+    project = tmp_path / "project"
+    inside = _compiled(project / "pkg" / "inside.py", "VALUE = 1\n")
+    stale = _compiled(tmp_path / "lib" / "stale.py", "VALUE = 1\n")
+    Path(stale.__file__ or "").write_text("VALUE = 22\n")  # size (and time) no longer match
+    hashed = _compiled(tmp_path / "lib" / "hashed.py", "VALUE = 1\n")
+    pyc = Path(hashed.__cached__)
+    pyc.write_bytes(pyc.read_bytes()[:4] + b"\3\0\0\0" + pyc.read_bytes()[8:])
+    # A symbolic link from outside to a project file, and a folder link into the project.
+    (tmp_path / "lib" / "linked.py").symlink_to(project / "pkg" / "inside.py")
+    linked = _compiled(tmp_path / "lib" / "linked.py", None)
+    (tmp_path / "door").symlink_to(project / "pkg")
+    through = _compiled(tmp_path / "door" / "inside.py", None)
+    missing = types.ModuleType("missing")
+    missing.__file__ = str(tmp_path / "lib" / "missing.py")
+    missing.__cached__ = importlib.util.cache_from_source(missing.__file__)
+    elsewhere = _compiled(tmp_path / "lib" / "elsewhere.py", "VALUE = 1\n")
+    elsewhere.__cached__ = str(tmp_path / "lib" / "other.pyc")  # not where Python looks
+    # The project's own modules, and links into it, are seeded for any other project: they
+    # are skipped below because they are the project's.
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    assert len(seed_from_loaded(scratch, tmp_path / "unrelated", [inside, linked, through])) == 3
+    prefix = tmp_path / "prefix"
+    prefix.mkdir()
+    assert seed_from_loaded(prefix, project, [inside, stale, hashed, linked, through, missing,
+                                              elsewhere, types.ModuleType("builtin")]) == []
+    assert not any(prefix.rglob("*"))
+    # The project named through a link to it is the same project.
+    (tmp_path / "alias").symlink_to(project)
+    assert seed_from_loaded(prefix, tmp_path / "alias", [inside]) == []
+
+
+def test_seeding_takes_a_rewriters_cache_for_the_modules_it_loaded(tmp_path: Path) -> None:
+    from pytest_ralph.oracle.bytecode import seed_from_loaded
+
+    class Rewriter:
+        pass
+
+    tail = "-rewritten.pyc"
+    lib = tmp_path / "lib"
+    good = _compiled(lib / "good.py", "VALUE = 1\n")
+    bad = _compiled(lib / "bad.py", "VALUE = 1\n")
+    for module, source_of_hash in ((good, "VALUE = 1\n"), (bad, "VALUE = 2\n")):
+        module.__loader__ = Rewriter()  # type: ignore[assignment]
+        path = Path(module.__file__ or "")
+        (path.parent / "__pycache__" / (path.stem + tail)).write_bytes(
+            importlib.util.MAGIC_NUMBER + b"\3\0\0\0"
+            + importlib.util.source_hash(source_of_hash.encode())[:8] + b"code")
+    prefix = tmp_path / "prefix"
+    prefix.mkdir()
+    got = seed_from_loaded(prefix, tmp_path / "project", [good, bad], rewriter=Rewriter,
+                           rewrite_tail=tail)
+    assert got == [prefix.joinpath(*lib.parts[1:]) / f"good{tail}"]
+    # Without the rewriter, the same modules' ordinary bytecode is what is copied.
+    assert seed_from_loaded(prefix, tmp_path / "project", [good]) == [
+        cache_path(prefix, good.__file__ or "")]
+
+
+def test_the_loops_folder_gets_the_rewrite_cache_of_the_plugins_the_loop_loaded(
+        tmp_path: Path) -> None:
+    """This process runs under pytest, which loaded its plugins' modules (pytest-ralph's,
+    xdist's) rewritten: a run's own folder gets their rewrite cache, recorded as the loop's
+    (kept by ready()), where a child's pytest looks for it; never for a project holding them,
+    nor a stale cache."""
+    from _pytest.assertion.rewrite import PYC_TAIL, AssertionRewritingHook, _read_pyc
+
+    def cache(source: Path) -> Path:
+        return source.parent / "__pycache__" / (source.stem + PYC_TAIL)
+
+    rewritten = [Path(m.__file__) for m in list(sys.modules.values())
+                 if isinstance(getattr(m, "__loader__", None), AssertionRewritingHook)
+                 and isinstance(getattr(m, "__file__", None), str)
+                 and "site-packages" in (m.__file__ or "")]
+    valid = [p for p in rewritten if _read_pyc(p, cache(p)) is not None]
+    assert valid, rewritten
+    folder = tmp_path / "bc"
+    folder.mkdir()
+    trusted = TrustedBytecode(folder, tmp_path / "project", verify=True)
+    assert trusted.seed_rewritten() >= len(valid)
+    for source in valid:
+        target = folder.joinpath(*source.parts[1:-1]) / (source.stem + PYC_TAIL)
+        assert target in trusted.written
+        assert _read_pyc(source, target) is not None  # what pytest itself accepts
+    assert trusted.ready() == []
+    assert all(path.is_file() for path in trusted.written)
+    stale = [p for p in rewritten if p not in valid]
+    assert not any(folder.joinpath(*p.parts[1:-1]) / (p.stem + PYC_TAIL) in trusted.written
+                   for p in stale)
+    (tmp_path / "bc2").mkdir()
+    site = next(p for p in valid[0].parents if p.name == "site-packages")
+    again = TrustedBytecode(tmp_path / "bc2", site, verify=True)
+    again.seed_rewritten()
+    assert not any(str(site).lstrip("/") in str(path) for path in again.written)
