@@ -324,6 +324,27 @@ def _fresh(pyc: Path, header: bytes) -> bool:
             and data[4:8] == b"\0\0\0\0" and data[8:] == header)
 
 
+def installed_folders() -> tuple[str, ...]:
+    """The folders of the standard library and of installed distributions
+    (``sysconfig``'s ``stdlib``, ``platstdlib``, ``purelib``, ``platlib``), as written and
+    resolved: the only places :func:`seed_from_loaded` copies bytecode from, with
+    pytest-ralph's own package."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    found = [paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")
+             if key in paths]
+    return tuple(dict.fromkeys(p for f in found for p in (os.path.normpath(f),
+                                                          os.path.realpath(f))))
+
+
+def _own_package_folders() -> tuple[str, ...]:
+    """pytest-ralph's own package folder (an editable install lives outside site-packages),
+    as written and resolved; under a project it is excluded with the project."""
+    folder = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return tuple(dict.fromkeys((os.path.normpath(folder), os.path.realpath(folder))))
+
+
 def _under(path: str, folders: Iterable[str]) -> bool:
     return any(path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
                for folder in folders)
@@ -378,7 +399,9 @@ def loaded_rewriter() -> tuple[type | None, str]:
 
 
 def seed_from_loaded(prefix: Path, project: Path, modules: Iterable[object] | None = None, *,
-                     rewriter: type | None = None, rewrite_tail: str = "") -> list[Path]:
+                     rewriter: type | None = None, rewrite_tail: str = "",
+                     installed: tuple[str, ...] | None = None,
+                     trusted: tuple[str, ...] | None = None) -> list[Path]:
     """Copy into the bytecode folder ``prefix`` (a process's ``PYTHONPYCACHEPREFIX``) the
     bytecode of the modules this process has already imported from outside ``project``, so
     that a child started with that prefix does not compile pytest, its plugins and the
@@ -390,9 +413,14 @@ def seed_from_loaded(prefix: Path, project: Path, modules: Iterable[object] | No
 
     - it has a ``__file__`` ending in ``.py`` and a ``__cached__``, the path ``importlib``
       computes for that source here (so this process read or wrote that very file);
-    - neither the source as written, nor its real path, nor the ``.pyc``'s real path is
-      ``project`` or under it (also through symbolic links: ``project`` is compared both as
-      given and resolved);
+    - its source, as written and resolved, is in the standard library, in an installed
+      distribution's folder (:func:`installed_folders`) or in pytest-ralph's own package:
+      never a module loaded from anywhere else (a ``conftest.py``, a module on the ini
+      ``pythonpath``), wherever the project is;
+    - unless it is installed (a virtualenv inside the project is bound read-only to the
+      agent, like any other), neither the source as written, nor its real path, nor the
+      ``.pyc``'s real path is ``project`` or under it (also through symbolic links:
+      ``project`` is compared both as given and resolved);
     - the ``.pyc`` exists and its header is this interpreter's magic number, flags 0 (a
       timestamp ``.pyc``) and the source's current modification time and size: what Python
       itself checks before loading it, so a stale or hash-based file is skipped.
@@ -412,6 +440,9 @@ def seed_from_loaded(prefix: Path, project: Path, modules: Iterable[object] | No
         modules: the modules to consider; default ``sys.modules``' values.
         rewriter: the class of an assertion-rewriting loader, or ``None``.
         rewrite_tail: the name tail of its cache files (with ``rewriter``).
+        installed: the folders of installed code (default :func:`installed_folders`).
+        trusted: other folders modules may be seeded from, the project excluded (default
+            pytest-ralph's own package folder).
 
     Returns:
         The ``.pyc`` files written under ``prefix``. Unreadable files are skipped; nothing
@@ -419,6 +450,8 @@ def seed_from_loaded(prefix: Path, project: Path, modules: Iterable[object] | No
     """
     given = os.path.abspath(project)
     excluded = (given, os.path.realpath(given))
+    installed = installed_folders() if installed is None else installed
+    roots = (*installed, *(_own_package_folders() if trusted is None else trusted))
     chosen = list(sys.modules.values()) if modules is None else list(modules)
     written: list[Path] = []
     for module in chosen:
@@ -436,8 +469,11 @@ def seed_from_loaded(prefix: Path, project: Path, modules: Iterable[object] | No
             target = _rewrite_cache(str(prefix), source, rewrite_tail)
         else:
             target = cache_path(prefix, source)
-        if (_under(os.path.normpath(source), excluded)
-                or _under(os.path.realpath(source), excluded)
+        spelt = (os.path.normpath(source), os.path.realpath(source))
+        if not all(_under(path, roots) for path in spelt):
+            continue  # neither installed nor the standard library's, nor pytest-ralph's
+        if not all(_under(path, installed) for path in spelt) and (
+                _under(spelt[0], excluded) or _under(spelt[1], excluded)
                 or _under(os.path.realpath(cached), excluded)):
             continue
         try:

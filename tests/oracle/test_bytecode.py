@@ -373,7 +373,11 @@ def test_seeding_copies_the_bytecode_of_outside_modules_which_the_child_then_loa
     project = tmp_path / "project"
     project.mkdir()
     target = cache_path(prefix, str(lib / "outside.py"))
-    assert seed_from_loaded(prefix, project, [module]) == [target]
+    assert seed_from_loaded(prefix, project, [module], installed=(),
+                            trusted=(str(tmp_path),)) == [target]
+    # By default only installed code (and pytest-ralph's) is seeded: a module loaded
+    # from anywhere else (a conftest.py, the ini pythonpath) is never copied.
+    assert seed_from_loaded(prefix, project, [module]) == []
     assert _loaded(prefix, lib, "outside") == f"7 {target}"
 
 
@@ -402,15 +406,18 @@ def test_seeding_skips_project_files_stale_or_hashed_bytecode_and_links_into_the
     # are skipped below because they are the project's.
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    assert len(seed_from_loaded(scratch, tmp_path / "unrelated", [inside, linked, through])) == 3
+    assert len(seed_from_loaded(scratch, tmp_path / "unrelated", [inside, linked, through],
+                                installed=(), trusted=(str(tmp_path),))) == 3
     prefix = tmp_path / "prefix"
     prefix.mkdir()
     assert seed_from_loaded(prefix, project, [inside, stale, hashed, linked, through, missing,
-                                              elsewhere, types.ModuleType("builtin")]) == []
+                                              elsewhere, types.ModuleType("builtin")],
+                            installed=(), trusted=(str(tmp_path),)) == []
     assert not any(prefix.rglob("*"))
     # The project named through a link to it is the same project.
     (tmp_path / "alias").symlink_to(project)
-    assert seed_from_loaded(prefix, tmp_path / "alias", [inside]) == []
+    assert seed_from_loaded(prefix, tmp_path / "alias", [inside], installed=(),
+                            trusted=(str(tmp_path),)) == []
 
 
 def test_seeding_takes_a_rewriters_cache_for_the_modules_it_loaded(tmp_path: Path) -> None:
@@ -432,11 +439,11 @@ def test_seeding_takes_a_rewriters_cache_for_the_modules_it_loaded(tmp_path: Pat
     prefix = tmp_path / "prefix"
     prefix.mkdir()
     got = seed_from_loaded(prefix, tmp_path / "project", [good, bad], rewriter=Rewriter,
-                           rewrite_tail=tail)
+                           rewrite_tail=tail, installed=(), trusted=(str(tmp_path),))
     assert got == [prefix.joinpath(*lib.parts[1:]) / f"good{tail}"]
     # Without the rewriter, the same modules' ordinary bytecode is what is copied.
-    assert seed_from_loaded(prefix, tmp_path / "project", [good]) == [
-        cache_path(prefix, good.__file__ or "")]
+    assert seed_from_loaded(prefix, tmp_path / "project", [good], installed=(),
+                            trusted=(str(tmp_path),)) == [cache_path(prefix, good.__file__ or "")]
 
 
 def test_the_loops_folder_gets_the_rewrite_cache_of_the_plugins_the_loop_loaded(
