@@ -124,13 +124,15 @@ CONFTEST_WALK_LIMIT = 20_000
 def conftests_of(check: PytestCheck) -> frozenset[str] | None:
     """The ``conftest.py`` files a child pytest of ``check`` alone may load: those of the
     rootdir and of every folder down to each target, and for a folder target every one under
-    it (none is left out, even where pytest would not recurse). Criteria batch only with those
+    it (none is left out, even where pytest would not recurse; a linked folder under it makes
+    the set unknown). Criteria batch only with those
     of the same set: a ``conftest.py`` is a plugin of the whole session, so one that a
     criterion alone would not load must not reach its tests.
 
     Returns:
         Absolute paths, or ``None`` when a folder holds more than
-        :data:`CONFTEST_WALK_LIMIT` entries (the criterion then runs alone).
+        :data:`CONFTEST_WALK_LIMIT` entries or a symbolic link to a folder (the criterion
+        then runs alone).
     """
     root = os.path.normpath(_rootdir(check))
     found: set[str] = set()
@@ -151,6 +153,8 @@ def conftests_of(check: PytestCheck) -> frozenset[str] | None:
                 seen += len(dirs) + len(files)
                 if seen > CONFTEST_WALK_LIMIT:
                     return None
+                if any(os.path.islink(os.path.join(top, d)) for d in dirs):
+                    return None  # pytest goes into a linked folder: its conftest.py too
                 if "conftest.py" in files:
                     found.add(os.path.join(top, "conftest.py"))
     return frozenset(found)

@@ -112,6 +112,9 @@ class PytestCheck:
         code = finished.returncode
         ran = counts["tests"] - counts["skipped"]
         passed = ran - counts["failures"] - counts["errors"]
+        # pytest exits 1 when its probes fail: 0 with probes reported means the exit status
+        # was forced (os._exit(0) at exit, session.exitstatus rewritten by a conftest.py).
+        forced = bool(probes) and code == 0 and not finished.timed_out
         if probes and code == 1 and not counts["failures"] + counts["errors"]:
             code = 0  # the probes' own failures, and only theirs
         # A probe that errored (a fixture of its module) or was skipped (a skip mark on the
@@ -123,7 +126,9 @@ class PytestCheck:
             found = REWRITTEN
         elif faked or (counts["tests"] and len(probes) != 2 and code in (0, 1)):
             found = tamper_text(bool(faked))
-        elif code == 0 and passed >= 1:
+        elif forced:
+            found = EXIT_FORCED
+        elif code == 0 and passed >= 1 and not counts["failures"] + counts["errors"]:
             return CheckResult(True)
         elif code in (2, 3, 4):
             what = {2: "interrupted or collection errors", 3: "internal error",
@@ -152,6 +157,11 @@ class PytestCheck:
 REWRITTEN = ("the JUnit report pytest writes to its parent was written more than once: "
              "code loaded by the tests rewrote pytest's verdicts (the code under test "
              "runs in the process that checks it)")
+
+
+#: The failure text of a child that exited 0 though its tamper probes failed.
+EXIT_FORCED = ("pytest exited 0 though its tamper probes failed: code loaded by the tests "
+               "changed pytest's exit status")
 
 
 def tamper_text(passed: bool) -> str:

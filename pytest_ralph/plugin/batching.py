@@ -5,8 +5,9 @@ Lazy: at the runtest of the first ``pytest`` criterion item, the ``pytest`` crit
 follow it in this session (``session.items``, after ``-k``/``-m`` and deselection: ``-k``
 selecting one criterion runs only it) whose check shares its working directory, pin options
 and timeout (:func:`~pytest_ralph.checks.batch.batch_key`), and which have no ``timeout`` of
-their own, run in one child pytest, up to the first criterion that may change the tree
-(:data:`READ_ONLY_KINDS`); each other item's verdict waits in its stash until its own runtest,
+their own, run in one child pytest, up to the first criterion of another kind (or of its
+own child): every criterion is checked in PRD order, as one child per criterion would be;
+each other item's verdict waits in its stash until its own runtest,
 which uses it only if the check its hook makes then is the same check.
 
 Under pytest-xdist a worker batches the items it holds: the one it runs and those queued for
@@ -25,13 +26,6 @@ import pytest
 from ..checks.base import CheckResult
 from ..checks.batch import batch_key, run_batch
 from ..checks.pytest_kind import PytestCheck
-
-#: Kinds whose check runs no code of the project (a file's presence or content, a schema, a
-#: claimed text): a batch reaches past them. Any other criterion (a ``run`` command, a
-#: ``python`` function, a plugin's kind, a ``pytest`` criterion of its own child) may change
-#: the tree, so a batch ends before it: every criterion is checked after those before it in
-#: the session, as one child per criterion would be.
-READ_ONLY_KINDS = frozenset({"exists", "file", "schema"})
 
 #: An item's verdict from a batch another item ran: (the check it was made for, the verdict).
 BATCHED = pytest.StashKey[tuple[PytestCheck, CheckResult]]()
@@ -63,10 +57,11 @@ def batched_result(item: Any, check: PytestCheck) -> CheckResult:
             continue
         if not isinstance(other, type(item)):
             break
-        if other.criterion.kind in READ_ONLY_KINDS:
-            continue  # it runs nothing: checking it later changes nothing
         if other.criterion.kind != "pytest" or other.criterion.timeout is not None:
-            break  # it may change the tree: the criteria after it are checked after it
+            # Checked in PRD order: a criterion that runs code may change the tree for the
+            # criteria after it, and one that reads the tree (a file's presence) must see it
+            # before the tests of the criteria after it run.
+            break
         try:
             made = other.ihook.pytest_ralph_make_check(
                 criterion=other.criterion, story=other.story, prd_path=other.path,

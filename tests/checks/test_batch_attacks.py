@@ -58,6 +58,14 @@ def value():
 B_WITH_APP = ("import app\n\ndef test_ok():\n    pass\n\n"
               "def test_bad():\n    assert app.value() == 42\n")
 
+B_OK_BAD = "def test_ok():\n    pass\n\ndef test_bad():\n    assert False\n"
+
+DESELECT_BAD = ("def pytest_collection_modifyitems(config, items):\n"
+                "    bad = [i for i in items if i.name == 'test_bad']\n"
+                "    if bad:\n"
+                "        config.hook.pytest_deselected(items=bad)\n"
+                "        items[:] = [i for i in items if i not in bad]\n")
+
 #: id -> (files, criteria (a pytest target, or a whole criterion), symbolic links, options).
 CASES: dict[str, tuple[dict[str, str], list[Any], dict[str, str], tuple[str, ...]]] = {
     "session-fixture-teardown-error": (
@@ -147,6 +155,34 @@ CASES: dict[str, tuple[dict[str, str], list[Any], dict[str, str], tuple[str, ...
                              "    assert text == 'mode=ok\\n'\n")},
         ["tests/test_a.py", {"text": "migrate runs", "run": "python app.py"}, "tests/test_c.py"],
         {}, ()),
+    # A second red team's cases.
+    "conftest-under-a-linked-folder": (
+        {"plug/conftest.py": DESELECT_BAD, "tests/a/test_a.py": "def test_a():\n    pass\n",
+         "tests/b/test_b.py": B_OK_BAD},
+        ["tests/a", "tests/b/test_b.py"], {"tests/a/sub": "../../plug"}, ()),
+    "conftest-under-a-linked-folder-on-workers": (
+        {"plug/conftest.py": DESELECT_BAD, "tests/a/test_a.py": "def test_a():\n    pass\n",
+         "tests/b/test_b.py": B_OK_BAD, "tests/c/test_c.py": "def test_c():\n    pass\n",
+         "tests/d/test_d.py": B_OK_BAD},
+        ["tests/a", "tests/b/test_b.py", "tests/c", "tests/d/test_d.py"],
+        {"tests/a/sub": "../../plug", "tests/c/sub": "../../plug"}, ("--ralph-workers", "2")),
+    "exists-criterion-between": (
+        {"app.py": ("import pathlib\ndef build():\n"
+                    "    pathlib.Path('dist').mkdir(exist_ok=True)\n    return 1\n"),
+         "conftest.py": "", "tests/test_a.py": "def test_a():\n    pass\n",
+         "tests/test_b.py": "import app\n\ndef test_b():\n    assert app.build() == 1\n"},
+        ["tests/test_a.py", {"text": "dist was built", "exists": "dist"}, "tests/test_b.py"],
+        {}, ()),
+    "exit-status-forced-at-exit": (
+        {"app.py": ("import atexit, os\natexit.register(os._exit, 0)\n"
+                    "def value():\n    return 41\n"),
+         "conftest.py": "", "tests/test_a.py": "def test_a():\n    pass\n",
+         "tests/test_b.py": B_WITH_APP},
+        ["tests/test_a.py", "tests/test_b.py"], {}, ()),
+    "exit-status-forced-by-a-conftest": (
+        {"conftest.py": "def pytest_sessionfinish(session):\n    session.exitstatus = 0\n",
+         "tests/test_a.py": "def test_a():\n    pass\n", "tests/test_b.py": B_OK_BAD},
+        ["tests/test_a.py", "tests/test_b.py"], {}, ()),
     "two-modules-of-one-name": (
         {"tests/a/test_util.py": "def test_a():\n    pass\n",
          "tests/b/test_util.py": "def test_b():\n    pass\n"},
@@ -196,3 +232,5 @@ def test_the_batched_gate_gives_each_criterion_its_own_verdict(tmp_path: Path,
     # passes alone: a batch must not fail it.
     assert ("FAILED" in alone.values()) is (case != "two-modules-of-one-name"), alone
     assert batched == alone
+    if case.startswith("exit-status-forced"):  # no verdict of that child can be trusted
+        assert alone["C1"] == "FAILED", alone
