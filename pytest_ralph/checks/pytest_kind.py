@@ -112,9 +112,10 @@ class PytestCheck:
         code = finished.returncode
         ran = counts["tests"] - counts["skipped"]
         passed = ran - counts["failures"] - counts["errors"]
-        # pytest exits 1 when its probes fail: 0 with probes reported means the exit status
-        # was forced (os._exit(0) at exit, session.exitstatus rewritten by a conftest.py).
-        forced = bool(probes) and code == 0 and not finished.timed_out
+        # pytest exits 1 when a probe fails: 0 with a failed probe reported means the exit
+        # status was forced (os._exit(0) at exit, session.exitstatus set by a conftest.py).
+        forced = code == 0 and not finished.timed_out and any(
+            outcome in ("failed", "error") for outcome in probes.values())
         if probes and code == 1 and not counts["failures"] + counts["errors"]:
             code = 0  # the probes' own failures, and only theirs
         # A probe that errored (a fixture of its module) or was skipped (a skip mark on the
