@@ -84,9 +84,9 @@ def _pycache_prefix(project: Path | None = None) -> str:
 
     That folder is seeded, at the first call naming a ``project``, with the bytecode this
     process loaded from outside it (:func:`pytest_ralph.oracle.bytecode.seed_from_loaded`),
-    so that a child pytest does not compile pytest and its plugins again. A later call naming
-    another project removes whatever the folder holds under that one (the seeding excluded
-    only the first).
+    so that a child pytest does not compile pytest and its plugins again; each call naming a
+    ``project`` removes whatever the folder holds under it (its files are compiled afresh
+    for each check).
 
     Args:
         project: the project folder (rootdir) the check runs in; ``None`` (a ``run`` command,
@@ -102,15 +102,17 @@ def _pycache_prefix(project: Path | None = None) -> str:
         made = tempfile.mkdtemp(prefix=PYCACHE_DIR_PREFIX)
         atexit.register(shutil.rmtree, made, ignore_errors=True)
         _own_pycache.append(made)
-    if project is not None and os.path.abspath(project) not in _seen_projects:
+    if project is not None:
         prefix = Path(_own_pycache[0])
-        if _seen_projects:
-            forget_project_bytecode(prefix, project)
-            shutil.rmtree(prefix / os.path.abspath(project).lstrip(os.sep), ignore_errors=True)
-        else:
+        if not _seen_projects:
             rewriter, tail = loaded_rewriter()
             seed_from_loaded(prefix, project, rewriter=rewriter, rewrite_tail=tail)
-        _seen_projects.append(os.path.abspath(project))
+            _seen_projects.append(os.path.abspath(project))
+        # The project's own bytecode never outlives a check: a file rewritten within the
+        # second with the same size (or bytecode written by an earlier check's process)
+        # would be loaded for the next check.
+        forget_project_bytecode(prefix, project)
+        shutil.rmtree(prefix / os.path.abspath(project).lstrip(os.sep), ignore_errors=True)
     return _own_pycache[0]
 
 

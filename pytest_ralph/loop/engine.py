@@ -448,7 +448,7 @@ class RunEngine:
             return self.stop(run, decision.status, decision.exit_code,
                              decision.reason + self._guard.tampered(run))
         if newly:
-            self._escalate(run, "story-blocked", newly)
+            _escalate(self, run, "story-blocked", newly)
         return None
 
     # -- limits, budgets, rate limits --------------------------------------------------------
@@ -465,6 +465,10 @@ class RunEngine:
     def agent_timeout(self) -> float:
         """The agent's timeout: ``--ralph-agent-timeout``, cut to what is left of the budget."""
         return self._budget.agent_timeout()
+
+    def budget_left(self) -> float | None:
+        """Seconds the run's budget leaves (``None``: no budget)."""
+        return self._budget.remaining()
 
     def budget_from(self, started: _dt.datetime) -> None:
         """Count the wall-clock budget from ``started`` (UTC; a run armed earlier, say)
@@ -531,24 +535,6 @@ class RunEngine:
             self.history_written()
         self.save(run)
 
-    def _escalate(self, run: RunRecord, event: str, stories: list[str],
-                  report: Path | None = None) -> None:
-        """Run ini ``ralph_escalate`` (if set) with the state dump on stdin; ``report`` is the
-        run's report once written (the run ended)."""
-        command = self.settings.escalate
-        if not command:
-            return
-        line, result = escalate(run, event, stories, command=command, rootdir=self.rootdir,
-                                redactor=self.redactor, left=self._budget.remaining(),
-                                report=report)
-        run.escalations.append(line)
-        self.say(f"pytest-ralph: {line}")
-        with contextlib.suppress(Exception):
-            self.history.add_event(run.run_dir.id, "escalate", line, run.last.n)
-            self.history_written()
-        if not result.ok:
-            run.warnings.append(result.summary)
-
     # -- the run's state and its end ---------------------------------------------------------
 
     def cancel_requested(self, run: RunRecord) -> bool:
@@ -596,7 +582,7 @@ class RunEngine:
         path = write_report(run, state.report_path(topic, run.started.date()),
                             redact=self.redactor.text)
         if run.pending_escalation is not None:  # the run's last word: with its report
-            self._escalate(run, *run.pending_escalation, report=path)
+            _escalate(self, run, *run.pending_escalation, report=path)
             write_report(run, path, redact=self.redactor.text)
         self.report_path = path
         n = len(run.iterations) - 1
@@ -634,3 +620,22 @@ def _regressions(run: RunRecord, results: CheckResults) -> tuple[str, ...]:
     """Keys failing in ``results`` that passed in an earlier check of ``run``."""
     passed_before = {c.key for it in run.iterations for c in it.results.passing}
     return tuple(c.key for c in results.failing if c.key in passed_before)
+
+
+def _escalate(engine: RunEngine, run: RunRecord, event: str, stories: list[str],
+              report: Path | None = None) -> None:
+    """Run ini ``ralph_escalate`` of ``engine`` (if set) with ``run``'s state dump on stdin;
+    ``report`` is the run's report once written (the run ended)."""
+    command = engine.settings.escalate
+    if not command:
+        return
+    line, result = escalate(run, event, stories, command=command, rootdir=engine.rootdir,
+                            redactor=engine.redactor, left=engine.budget_left(),
+                            report=report)
+    run.escalations.append(line)
+    engine.say(f"pytest-ralph: {line}")
+    with contextlib.suppress(Exception):
+        engine.history.add_event(run.run_dir.id, "escalate", line, run.last.n)
+        engine.history_written()
+    if not result.ok:
+        run.warnings.append(result.summary)

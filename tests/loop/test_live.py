@@ -94,7 +94,9 @@ def test_progress_does_not_follow_a_symlink_nor_block_on_a_fifo(tmp_path: Path) 
 # -- the status line, heartbeat, echo --------------------------------------------------------
 
 
-def test_terminal_status_line_is_rewritten_in_place_and_cleared(tmp_path: Path) -> None:
+def test_terminal_status_line_is_rewritten_in_place_and_cleared(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # the line is cut to the terminal's width
     out = io.StringIO()
     view = LiveView(out, REDACTOR, tty=True, heartbeat=30, tick=0.02)
     view.title = "[ralph iteration 1/5]"
