@@ -882,9 +882,9 @@ def case_p7(ctx: Context) -> list[Result]:
 #: folder, the defence against planted ``.pyc`` files) put the floor above 2. The child's
 #: folder is seeded with the bytecode the gate itself loaded from outside the project
 #: (:func:`pytest_ralph.oracle.bytecode.seed_from_loaded`; it compiled pytest, pytest-ralph
-#: and the plugins, 2.5 of its 3.5 s, before). Measured 3.2 on a loaded two-CPU machine
-#: (2.98 to 3.72 over five runs; 4.3 before the seeding, about 20 with one child per
-#: criterion).
+#: and the plugins, 2.5 of its 3.5 s, before). Measured 2.2 on a quiet two-CPU machine
+#: (0.91 s vs 0.41 s; 2.98 to 3.72 under load; 4.3 before the seeding, about 20 with one
+#: child per criterion). The miss is kept at 3.2, the figure under load.
 P8_TARGET = Target("ratio", 1.5, missed=(3.2, "two pytest processes (the gate and its "
                                               "batched child) vs one"))
 
@@ -899,8 +899,9 @@ P8_TARGET = Target("ratio", 1.5, missed=(3.2, "two pytest processes (the gate an
 #: (:meth:`pytest_ralph.oracle.bytecode.TrustedBytecode.seed_rewritten`): each check-phase
 #: pytest rewrote pytest-ralph's modules again before (about 0.8 s each; the same strace
 #: timing gave 9.3 s before).
-#: Measured 2.9 on a loaded two-CPU machine (2.62 to 3.23 over three runs; 4.8 before).
-P9_TARGET = Target("ratio", 1.3, missed=(2.9, "five pytest processes (controller, two check "
+#: Measured 3.1 on a quiet two-CPU machine (2.77 s vs 0.89 s; 2.62 to 3.23 under load;
+#: 4.8 before).
+P9_TARGET = Target("ratio", 1.3, missed=(3.1, "five pytest processes (controller, two check "
                                               "phases and their batched children) vs two"))
 
 #: The number of ``pytest`` criteria (and test files) of P8 and P9.
