@@ -24,6 +24,7 @@ This module does not import pytest (the child does).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -68,6 +69,25 @@ MAX_RERUNS = 3
 CASE_TEXT_CHARS = 1500
 
 
+#: The first pytest whose collection a batch's attribution follows: pytest 8 collects
+#: overlapping arguments differently (``tests/a.py`` and ``tests/a.py::test_ok`` together
+#: gave only ``test_ok``), so under it every criterion keeps its own child.
+FIRST_BATCHING_PYTEST = (9, 0)
+
+
+@functools.lru_cache(maxsize=1)
+def batching_supported() -> bool:
+    """Whether the installed pytest (the one a check's child runs) is one batches follow
+    (:data:`FIRST_BATCHING_PYTEST` or later); ``False`` when its version cannot be read."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        parts = version("pytest").split(".")[:2]
+        return tuple(int(p) for p in parts) >= FIRST_BATCHING_PYTEST
+    except (PackageNotFoundError, ValueError):
+        return False
+
+
 def batch_key(check: PytestCheck) -> tuple[Path, tuple[str, ...], float]:
     """What criteria must share to run in one child: ``(cwd, pin, timeout)``."""
     return check.cwd, check.pin, check.timeout
@@ -86,6 +106,8 @@ def run_batch(checks: Sequence[PytestCheck]) -> list[CheckResult]:
     """
     if len({batch_key(c) for c in checks}) > 1:
         raise ValueError("run_batch: the checks must share their cwd, pin options and timeout")
+    if not batching_supported():
+        return [check.run() for check in checks]
     results: dict[int, CheckResult] = {}
     alone: list[int] = []
     groups: dict[frozenset[str] | None, list[int]] = {}

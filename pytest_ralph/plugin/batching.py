@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from ..checks.base import CheckResult
-from ..checks.batch import batch_key, run_batch
+from ..checks.batch import batch_key, batching_supported, run_batch
 from ..checks.pytest_kind import PytestCheck
 
 #: An item's verdict from a batch another item ran: (the check it was made for, the verdict).
@@ -33,9 +33,10 @@ BATCHED = pytest.StashKey[tuple[PytestCheck, CheckResult]]()
 
 def batchable(item: Any, check: object) -> bool:
     """Whether ``item`` (a criterion item) with ``check`` can join a batch: a built-in
-    ``pytest`` check (not a plugin's subclass) of a criterion without its own timeout."""
+    ``pytest`` check (not a plugin's subclass) of a criterion without its own timeout, under
+    a pytest batches follow (:func:`~pytest_ralph.checks.batch.batching_supported`)."""
     return type(check) is PytestCheck and item.criterion.kind == "pytest" \
-        and item.criterion.timeout is None
+        and item.criterion.timeout is None and batching_supported()
 
 
 def batched_result(item: Any, check: PytestCheck) -> CheckResult:

@@ -234,3 +234,26 @@ def test_the_batched_gate_gives_each_criterion_its_own_verdict(tmp_path: Path,
     assert batched == alone
     if case.startswith("exit-status-forced"):  # no verdict of that child can be trusted
         assert alone["C1"] == "FAILED", alone
+
+
+def test_under_pytest_8_every_criterion_keeps_its_own_child(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest 8 collects overlapping arguments differently (a file and a node id of it gave
+    only the node id's test, so a failing test of the file went unseen): batches need
+    pytest 9, and under 8 each criterion runs alone (CI runs this under pytest 8 too)."""
+    from pytest_ralph.checks import batch
+
+    if batch.batching_supported():
+        assert pytest.version_tuple >= batch.FIRST_BATCHING_PYTEST
+        monkeypatch.setattr(batch, "batching_supported", lambda: False)
+    else:
+        assert pytest.version_tuple < batch.FIRST_BATCHING_PYTEST
+    files = {"tests/test_b.py": B_OK_BAD}
+    _build(tmp_path, files, ["tests/test_b.py", "tests/test_b.py::test_ok"], {})
+    from pytest_ralph.checks.pytest_kind import PytestCheck, pin_args
+
+    pin = pin_args(tmp_path, tmp_path / "pytest.ini")
+    whole, one = batch.run_batch([PytestCheck((t,), tmp_path, 600.0, pin)
+                                  for t in ("tests/test_b.py", "tests/test_b.py::test_ok")])
+    assert not whole.passed and whole.message.startswith("1 failed, 1 passed (pytest exit 1)")
+    assert one.passed
