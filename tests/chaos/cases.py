@@ -380,7 +380,8 @@ PROBED = "changed how pytest reports outcomes"
 #: What a ``pytest`` criterion says when its child's JUnit report was written again.
 TWICE = "was written more than once"
 
-#: Code under test that writes its pytest's JUnit report itself and exits before pytest does.
+#: Code under test that writes its pytest's JUnit report itself and exits before pytest does,
+#: with the status pytest gives a run whose probes failed.
 WRITE_REPORT = textwrap.dedent("""\
     import os as _chaos_os, sys as _chaos_sys
     _chaos_token = _chaos_os.environ.get("PYTEST_RALPH_PROBE", "")
@@ -393,7 +394,7 @@ WRITE_REPORT = textwrap.dedent("""\
                 '<testsuites><testsuite tests="3" failures="2" errors="0" skipped="0">'
                 + _chaos_cases + '<testcase name="test_add"/></testsuite></testsuites>'
             ).encode())
-            _chaos_os._exit(0)
+            _chaos_os._exit(1)  # as pytest exits when its probes fail (0 is seen as forced)
 """)
 
 #: Code under test that swallows the exceptions of the tests of ``tests/test_calc.py`` only.
@@ -1057,8 +1058,9 @@ CASES: list[Case] = [
          off=documented(0, COMPLETE, limitation=LIMIT_CUT)),
     Case("cut-writes-the-report", "code under test",
          "edits calc.py so that, imported by its test, it writes its pytest's JUnit report "
-         "itself (the probes failed, test_add passed) to the pipe named in argv and exits 0 "
-         "before pytest writes its own (it has read pytest_ralph/checks/pytest_kind.py)",
+         "itself (the probes failed, test_add passed) to the pipe named in argv and exits 1, "
+         "as pytest does when its probes fail, before pytest writes its own (it has read "
+         "pytest_ralph/checks/pytest_kind.py)",
          calc_project(PYTEST_AC),
          script("P('calc.py').write_text(PATCH + P('calc.py').read_text())\n",
                 PATCH=WRITE_REPORT),
