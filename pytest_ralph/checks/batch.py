@@ -296,7 +296,7 @@ def _run_once(checks: Sequence[PytestCheck]
             continue
         for j in hit:
             owners[j].append(case)
-    return [None if j in concerned else _verdict(c, own, rootdir)
+    return [None if j in concerned else _verdict(c, own)
             for j, (c, own) in enumerate(zip(checks, owners, strict=True))]
 
 
@@ -518,24 +518,10 @@ def _failed(check: PytestCheck, found: str, excerpt: str) -> CheckResult:
                                       if excerpt else ""))
 
 
-def _collected_path(mangled: str, rootdir: str) -> str:
-    """The node id, relative to the rootdir, of a collection report's mangled name
-    (``tests.test_a`` -> ``tests/test_a.py``, ``tests.test_a.TestX`` ->
-    ``tests/test_a.py::TestX``, when that file exists), else ``mangled``."""
-    parts = mangled.split(".")
-    for k in range(len(parts), 0, -1):
-        rel = "/".join(parts[:k])
-        rest = "".join(f"::{name}" for name in parts[k:])
-        if os.path.isfile(os.path.join(rootdir, rel + ".py")):
-            return rel + ".py" + rest
-        if not rest and os.path.exists(os.path.join(rootdir, rel)):
-            return rel
-    return mangled
-
-
-def _verdict(check: PytestCheck, cases: list[_Case], rootdir: str) -> CheckResult | None:
-    """``check``'s verdict from its own testcases, by :class:`PytestCheck`'s rules; ``None``
-    when none was reported (its own child then says why, in pytest's words)."""
+def _verdict(check: PytestCheck, cases: list[_Case]) -> CheckResult | None:
+    """``check``'s verdict from its own testcases (never a collection report: a criterion a
+    collection error may concern gets its own child), by :class:`PytestCheck`'s rules;
+    ``None`` when none was reported (its own child then says why, in pytest's words)."""
     n = len(cases)
     if n == 0:
         return None
@@ -543,17 +529,9 @@ def _verdict(check: PytestCheck, cases: list[_Case], rootdir: str) -> CheckResul
     failures = sum(c.failures for c in cases)
     errors = sum(c.errors for c in cases)
     passed = n - skipped - sum(1 for c in cases if c.bad)
-    broken = [c for c in cases if c.collect and c.errors]
     if not failures and not errors and passed >= 1:
         return CheckResult(True)
-    if broken:
-        why = next((ln[1:].strip() for c in broken for t in c.text for ln in t.splitlines()
-                    if ln.startswith("E  ")), "")
-        where = _collected_path(broken[0].nodeid, rootdir)
-        told = f"{where} - {why}" if why else where
-        told = told if len(told) <= 200 else told[:199] + "\u2026"
-        found = f"pytest exit 2 (interrupted or collection errors: {told})"
-    elif not failures and not errors:
+    if not failures and not errors:
         found = "the selected test was skipped" if n == 1 else \
             f"all {n} selected tests were skipped"
     else:
