@@ -21,9 +21,12 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-#: The npm package and the pinned version the tests were written against.
-PACKAGE = "@anthropic-ai/claude-code"
-VERSION = "2.1.328"
+from pytest_ralph.agents.proven import PROVEN
+
+#: The npm package and the pinned version the tests were written against (bumped in
+#: :data:`pytest_ralph.agents.proven.PROVEN`).
+PACKAGE = PROVEN["claude"].package
+VERSION = PROVEN["claude"].version
 
 #: Seconds one ``npm install`` may take before it counts as failed.
 INSTALL_TIMEOUT = 600.0
