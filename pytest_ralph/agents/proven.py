@@ -3,7 +3,7 @@
 A preset is *proven* when its exact argv ran the real CLI, installed from its registry at the
 version below, offline against the test suite's scripted model server on 127.0.0.1, for a
 success, an HTTP 500 and an HTTP 429, and drove ``pytest --ralph --ralph-agent NAME`` to
-completion (``tests/agents/test_real_clis.py``, ``tests/claude/test_claude_cli.py``). The tests
+completion (``tests/agents/test_real_<name>.py``, ``tests/claude/test_claude_cli.py``). The tests
 install exactly these releases; ``pytest --ralph-doctor --ralph-agent NAME`` prints the
 installed version beside the proven one; the docs' presets table is checked against this
 table. Presets absent here (amp, goose, cursor-agent) are unverified: see :data:`UNVERIFIED`.
