@@ -1,0 +1,274 @@
+"""The real Codex CLI (pinned in pytest_ralph/agents/proven.py) against a scripted model.
+
+The CLI runs offline: a ``CODEX_HOME`` of the test's own (:mod:`tests.support.codex_cli`)
+defines a custom model provider whose ``base_url`` is a loopback
+:class:`~tests.support.responses_server.ResponsesServer` speaking the OpenAI Responses API,
+so the CLI executes real tool calls (``exec_command``, ``apply_patch``) in a temporary project
+and reports real results and API errors, with retries off so that an error ends a run at
+once. The first part runs the ``codex`` preset's exact argv through the loop's own agent
+runner (:func:`pytest_ralph.agents.run.run_agent`, the preset's reader classifying); the
+second runs the whole loop (``pytest --ralph --ralph-agent codex``) confined by bubblewrap.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ralph.agents.presets import PRESETS
+from pytest_ralph.agents.proven import PROVEN
+from pytest_ralph.agents.run import AgentRun, run_agent
+from pytest_ralph.sandbox.bwrap import probe
+from tests.support.codex_cli import KEY_ENV, MODEL, offline_env, write_codex_home
+from tests.support.loop import report_text
+from tests.support.prd import story
+from tests.support.real_cli import (
+    CliInstallError,
+    bin_dir,
+    cache_dir,
+    cli_executable,
+    installed_executable,
+)
+from tests.support.responses_server import (
+    ApiError,
+    CustomToolCall,
+    FunctionCall,
+    ResponsesServer,
+    StreamFailure,
+    Text,
+)
+
+# Skip only when cli_executable() would return None, and never under CI (the fixture
+# `codex_bin` then fails); the install itself happens in that session fixture.
+if installed_executable("codex") is None and shutil.which("npm") is None \
+        and not os.environ.get("CI"):
+    pytest.skip("the Codex CLI is not installed and npm is not on PATH to install it",
+                allow_module_level=True)
+
+#: Seconds one CLI run may take (a normal one takes about 0.5 s, an API error as long).
+CLI_TIMEOUT = 30.0
+
+#: Seconds one whole loop run (pytester subprocess) may take.
+LOOP_TIMEOUT = 90.0
+
+PROMPT = "Fix the project, please."
+
+#: The install cache and the folder holding only the pinned ``codex``, found at import time:
+#: ``pytester`` moves ``HOME`` (which the default cache folder is under) during a test.
+CACHE = cache_dir()
+BIN_DIR = bin_dir("codex")
+
+
+@pytest.fixture(scope="session")
+def codex_bin() -> Path:
+    """The pinned real Codex CLI, installed into the cache on first use.
+
+    Fails (with npm's output) when npm is present but the install fails, and under CI also
+    when npm is missing; elsewhere a machine without npm skips with that reason.
+    """
+    try:
+        exe = cli_executable("codex")
+    except CliInstallError as exc:
+        pytest.fail(f"installing the pinned Codex CLI failed:\n{exc}", pytrace=False)
+    if exe is None:
+        if os.environ.get("CI"):
+            pytest.fail("the Codex CLI is not installed and npm is not on PATH: CI must run "
+                        "the real-CLI tests (install Node.js and npm)", pytrace=False)
+        pytest.skip("the Codex CLI is not installed and npm is not on PATH")
+    return exe
+
+
+@pytest.fixture
+def server() -> Iterator[ResponsesServer]:
+    """A running :class:`ResponsesServer` with an empty script (``server.add(...)``)."""
+    with ResponsesServer() as running:
+        yield running
+
+
+@pytest.fixture
+def codex_env(codex_bin: Path, server: ResponsesServer, tmp_path_factory: pytest.TempPathFactory,
+              monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The variables that run the real CLI offline against ``server``: a fresh ``CODEX_HOME``
+    and ``HOME`` outside the project, ``PATH`` starting with the folder holding only the
+    pinned ``codex`` (set in this process too: the runner finds the executable on it)."""
+    codex_home = write_codex_home(tmp_path_factory.mktemp("codex-home"), server.url)
+    env = offline_env(codex_home, tmp_path_factory.mktemp("home"), BIN_DIR)
+    assert shutil.which("codex", path=env["PATH"]) == str(BIN_DIR / "codex")
+    monkeypatch.setenv("PATH", env["PATH"])
+    return env
+
+
+def run_preset(env: dict[str, str], project: Path, runs: Path) -> AgentRun:
+    """The ``codex`` preset's exact argv, prompt on stdin, run by the loop's agent runner
+    with the preset's reader (unconfined: the loop's sandbox is exercised below)."""
+    preset = PRESETS["codex"]
+    runs.mkdir(parents=True, exist_ok=True)
+    return run_agent(preset.argv(), prompt=PROMPT, prompt_file=runs / "prompt.md", cwd=project,
+                     timeout=CLI_TIMEOUT, log_path=runs / "agent.log", env=env,
+                     reader=preset.reader())
+
+
+def log_text(run: AgentRun) -> str:
+    return run.log_path.read_text(encoding="utf-8", errors="replace")
+
+
+# -- the CLI alone, through the agent runner ---------------------------------------------------
+
+
+PATCH = "*** Begin Patch\n*** Add File: notes.txt\n+patched by codex\n*** End Patch\n"
+
+
+def test_success_runs_real_tool_calls(codex_env: dict[str, str], server: ResponsesServer,
+                                      tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    server.add([Text("Writing the fix."),
+                FunctionCall("exec_command", {"cmd": "printf 'fixed\\n' > fix.txt"},
+                             call_id="call_shell")],
+               [CustomToolCall("apply_patch", PATCH, call_id="call_patch")],
+               [Text("Fixed.")])
+    run = run_preset(codex_env, project, tmp_path / "run")
+
+    assert (run.outcome, run.exit_code) == ("ok", 0), log_text(run)
+    assert (project / "fix.txt").read_text() == "fixed\n"
+    assert (project / "notes.txt").read_text() == "patched by codex\n"
+    # One turn of three model requests; turn.completed sums their usage (100 in, 20 out).
+    assert (run.turns, run.input_tokens, run.output_tokens) == (1, 300, 60)
+    assert run.detail == "" and run.cost_usd is None
+    log = log_text(run)
+    assert '"type":"command_execution"' in log and '"type":"file_change"' in log
+    # What the CLI sent: its own tools, the prompt, then the real tools' results.
+    assert server.statuses() == [200, 200, 200] and server.remaining == 0
+    assert {"exec_command", "apply_patch"} <= set(server.tool_names())
+    assert server.requests[0]["model"] == MODEL and server.requests[0]["stream"] is True
+    assert any(PROMPT in text for text in server.user_texts())
+    outputs = server.tool_outputs()
+    assert outputs["call_shell"]["type"] == "function_call_output"
+    assert "Process exited with code 0" in outputs["call_shell"]["output"]
+    assert outputs["call_patch"]["type"] == "custom_tool_call_output"
+    assert "Success. Updated the following files:\nA notes.txt" in outputs["call_patch"]["output"]
+    assert all(h.get("authorization") == f"Bearer {codex_env[KEY_ENV]}" for h in server.headers)
+    assert server.unknown == []
+
+
+def test_http_500_is_an_api_error(codex_env: dict[str, str], server: ResponsesServer,
+                                  tmp_path: Path) -> None:
+    server.add(ApiError(500, repeat=None))
+    run = run_preset(codex_env, tmp_path, tmp_path / "run")
+
+    assert (run.outcome, run.exit_code) == ("api-error", 1), log_text(run)
+    # Codex 0.171.0 shows its own words for a 500, not the body's message.
+    assert run.detail == ("turn.failed: We\u2019re currently experiencing high demand, which "
+                          "may cause temporary errors.")
+    assert server.statuses() == [500]  # request_max_retries = 0: one attempt
+    assert run.duration < 10
+
+
+def test_http_429_is_a_rate_limit(codex_env: dict[str, str], server: ResponsesServer,
+                                  tmp_path: Path) -> None:
+    server.add(ApiError(429, retry_after=2, repeat=None))
+    run = run_preset(codex_env, tmp_path, tmp_path / "run")
+
+    assert (run.outcome, run.exit_code) == ("rate-limited", 1), log_text(run)
+    assert run.detail.startswith("turn.failed: exceeded retry limit, last status: 429 Too Many "
+                                 "Requests, request id: req_"), run.detail
+    # The CLI drops both the retry-after header and the body's "Please try again in 2s".
+    assert run.retry_after is None and run.reset_at is None
+    assert "try again" not in log_text(run)
+    assert server.statuses() == [429]
+
+
+def test_stream_rate_limit_gives_the_retry_time(codex_env: dict[str, str],
+                                                server: ResponsesServer, tmp_path: Path) -> None:
+    server.add(StreamFailure("rate_limit_exceeded",
+                             "Rate limit reached for gpt-5.5 in organization org-test on tokens "
+                             "per min (TPM): Limit 10, Used 10, Requested 5. Please try again "
+                             "in 1.5s.", repeat=None))
+    run = run_preset(codex_env, tmp_path, tmp_path / "run")
+
+    assert (run.outcome, run.exit_code) == ("rate-limited", 1), log_text(run)
+    assert run.detail.startswith("turn.failed: rate limit exceeded: Rate limit reached for "
+                                 "gpt-5.5"), run.detail
+    assert run.retry_after == 1.5
+
+
+def test_usage_limit_is_a_rate_limit(codex_env: dict[str, str], server: ResponsesServer,
+                                     tmp_path: Path) -> None:
+    server.add(ApiError(429, message="The usage limit has been reached",
+                        type="usage_limit_reached", repeat=None))
+    run = run_preset(codex_env, tmp_path, tmp_path / "run")
+
+    assert (run.outcome, run.exit_code) == ("rate-limited", 1), log_text(run)
+    assert run.detail == "turn.failed: You\u2019ve hit your usage limit. Try again later."
+
+
+# -- the whole loop: pytest --ralph --ralph-agent codex, confined --------------------------------
+
+
+def _db_rows(pytester: pytest.Pytester, sql: str) -> list[tuple[Any, ...]]:
+    with closing(sqlite3.connect(pytester.path / ".pytest_ralph" / "ralph.db")) as conn:
+        return [tuple(row) for row in conn.execute(sql).fetchall()]
+
+
+def test_loop_completes_confined(pytester: pytest.Pytester, codex_env: dict[str, str],
+                                 server: ResponsesServer, monkeypatch: pytest.MonkeyPatch,
+                                 write_prd: Any) -> None:
+    if not probe("auto").confined:
+        if os.environ.get("CI"):
+            pytest.fail(f"bubblewrap cannot confine here: {probe('auto').reason}")
+        pytest.skip(f"bubblewrap cannot confine here: {probe('auto').reason}")
+    for name, value in codex_env.items():
+        monkeypatch.setenv(name, value)
+    for name in list(os.environ):  # settings from the outer environment must not leak in
+        if name.startswith("PYTEST_RALPH_") and name != "PYTEST_RALPH_CACHE":
+            monkeypatch.delenv(name)
+    write_prd(story("US-001", {"text": "fix.txt says fixed", "run": "grep -qx fixed fix.txt"}))
+    pytester.makeini("[pytest]\n")
+    mark = uuid.uuid4().hex[:12]
+    home, codex_home = Path(codex_env["HOME"]), Path(codex_env["CODEX_HOME"])
+    # Outside the project: the agent's HOME, the real /tmp, and a folder of this user's that
+    # is neither (the CLI cache), each writable to an unconfined agent.
+    escapes = [home / f"escape-{mark}.txt", Path(f"/tmp/escape-{mark}.txt"),
+               CACHE / f"escape-{mark}.txt"]
+    cmd = "printf 'fixed\\n' > fix.txt; " + "; ".join(
+        f"(echo escaped > {p} && echo wrote {p.name} in {p.parent.name or '/'}) 2>&1"
+        for p in escapes) + f"; echo codex-state > {codex_home}/agent-note-{mark}.txt"
+    server.add([FunctionCall("exec_command", {"cmd": cmd}, call_id="call_fix")],
+               [Text("Fixed fix.txt.")])
+    try:
+        result = pytester.runpytest_subprocess(
+            "--ralph", "--ralph-agent", "codex", "--ralph-sandbox", "required",
+            "--ralph-agent-timeout", str(CLI_TIMEOUT), timeout=LOOP_TIMEOUT)
+        out = result.stdout.str() + result.stderr.str()
+        landed = [p for p in escapes if p.exists()]
+    finally:
+        for p in escapes:
+            p.unlink(missing_ok=True)
+
+    assert result.ret == 0, out
+    assert landed == [], f"writes outside the project landed: {landed}"
+    assert "confined by bubblewrap" in out, out
+    assert (pytester.path / "fix.txt").read_text() == "fixed\n"
+    # The CLI's own state folder was writable: the scripted note and Codex's session log.
+    assert (codex_home / f"agent-note-{mark}.txt").read_text() == "codex-state\n"
+    assert list((codex_home / "sessions").rglob("*.jsonl")), sorted(codex_home.rglob("*"))
+    # Inside, the writes to the private HOME and /tmp "worked" (and vanished with the
+    # sandbox); the one to a real folder outside was refused.
+    output = server.tool_outputs()["call_fix"]["output"]
+    assert f"wrote escape-{mark}.txt in {home.name}" in output, output
+    assert f"wrote escape-{mark}.txt in tmp" in output, output
+    assert "Read-only file system" in output, output
+    assert f"wrote escape-{mark}.txt in {CACHE.name}" not in output, output
+    assert _db_rows(pytester, "SELECT n, outcome FROM agent_runs ORDER BY n") == [(1, "ok")]
+    report = report_text(pytester)
+    assert "| 1 | US-001 | exit 0 | ok |" in report, report
+    assert any(PROVEN["codex"].version in h.get("user-agent", "") for h in server.headers)
+    assert server.remaining == 0
