@@ -7,16 +7,21 @@ so the CLI executes real tool calls (``exec_command``, ``apply_patch``) in a tem
 and reports real results and API errors, with retries off so that an error ends a run at
 once. The first part runs the ``codex`` preset's exact argv through the loop's own agent
 runner (:func:`pytest_ralph.agents.run.run_agent`, the preset's reader classifying); the
-second runs the whole loop (``pytest --ralph --ralph-agent codex``) confined by bubblewrap.
+second runs the whole loop (``pytest --ralph --ralph-agent codex``) in a pytester subprocess:
+HTTP 500 ends it with exit 7, HTTP 429 pauses it without spending the iteration, and a run
+confined by bubblewrap completes with the project edited and nothing written outside it but
+Codex's own state folder.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import sqlite3
+import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -65,6 +70,10 @@ PROMPT = "Fix the project, please."
 #: ``pytester`` moves ``HOME`` (which the default cache folder is under) during a test.
 CACHE = cache_dir()
 BIN_DIR = bin_dir("codex")
+
+#: Where the confined loop's home folders go: outside /tmp (which the sandbox makes private)
+#: and outside the project, as a user's home is.
+TEST_HOMES = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".cache" / "pytest-ralph-test-homes"
 
 
 @pytest.fixture(scope="session")
@@ -210,7 +219,32 @@ def test_usage_limit_is_a_rate_limit(codex_env: dict[str, str], server: Response
     assert run.detail == "turn.failed: You\u2019ve hit your usage limit. Try again later."
 
 
-# -- the whole loop: pytest --ralph --ralph-agent codex, confined --------------------------------
+# -- the whole loop: pytest --ralph --ralph-agent codex ----------------------------------------
+
+
+FIX_CRITERION = {"text": "fix.txt says fixed", "run": "grep -qx fixed fix.txt"}
+
+
+@pytest.fixture
+def loop(pytester: pytest.Pytester, codex_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+         write_prd: Any) -> Callable[..., pytest.RunResult]:
+    """loop(*args, ini="") writes the one-story PRD and an ini, runs ``pytest --ralph
+    --ralph-agent codex`` in a subprocess with the offline environment, and returns the run
+    result."""
+    for name, value in codex_env.items():
+        monkeypatch.setenv(name, value)
+    for name in list(os.environ):  # settings from the outer environment must not leak in
+        if name.startswith("PYTEST_RALPH_") and name != "PYTEST_RALPH_CACHE":
+            monkeypatch.delenv(name)
+    write_prd(story("US-001", FIX_CRITERION))
+
+    def run(*args: str, ini: str = "") -> pytest.RunResult:
+        pytester.makeini(f"[pytest]\n{ini}\n")
+        return pytester.runpytest_subprocess(
+            "--ralph", "--ralph-agent", "codex", "--ralph-agent-timeout", str(CLI_TIMEOUT),
+            *args, timeout=LOOP_TIMEOUT)
+
+    return run
 
 
 def _db_rows(pytester: pytest.Pytester, sql: str) -> list[tuple[Any, ...]]:
@@ -218,57 +252,119 @@ def _db_rows(pytester: pytest.Pytester, sql: str) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in conn.execute(sql).fetchall()]
 
 
-def test_loop_completes_confined(pytester: pytest.Pytester, codex_env: dict[str, str],
-                                 server: ResponsesServer, monkeypatch: pytest.MonkeyPatch,
-                                 write_prd: Any) -> None:
-    if not probe("auto").confined:
-        if os.environ.get("CI"):
-            pytest.fail(f"bubblewrap cannot confine here: {probe('auto').reason}")
-        pytest.skip(f"bubblewrap cannot confine here: {probe('auto').reason}")
-    for name, value in codex_env.items():
-        monkeypatch.setenv(name, value)
-    for name in list(os.environ):  # settings from the outer environment must not leak in
-        if name.startswith("PYTEST_RALPH_") and name != "PYTEST_RALPH_CACHE":
-            monkeypatch.delenv(name)
-    write_prd(story("US-001", {"text": "fix.txt says fixed", "run": "grep -qx fixed fix.txt"}))
-    pytester.makeini("[pytest]\n")
-    mark = uuid.uuid4().hex[:12]
-    home, codex_home = Path(codex_env["HOME"]), Path(codex_env["CODEX_HOME"])
-    # Outside the project: the agent's HOME, the real /tmp, and a folder of this user's that
-    # is neither (the CLI cache), each writable to an unconfined agent.
-    escapes = [home / f"escape-{mark}.txt", Path(f"/tmp/escape-{mark}.txt"),
-               CACHE / f"escape-{mark}.txt"]
-    cmd = "printf 'fixed\\n' > fix.txt; " + "; ".join(
-        f"(echo escaped > {p} && echo wrote {p.name} in {p.parent.name or '/'}) 2>&1"
-        for p in escapes) + f"; echo codex-state > {codex_home}/agent-note-{mark}.txt"
-    server.add([FunctionCall("exec_command", {"cmd": cmd}, call_id="call_fix")],
-               [Text("Fixed fix.txt.")])
-    try:
-        result = pytester.runpytest_subprocess(
-            "--ralph", "--ralph-agent", "codex", "--ralph-sandbox", "required",
-            "--ralph-agent-timeout", str(CLI_TIMEOUT), timeout=LOOP_TIMEOUT)
-        out = result.stdout.str() + result.stderr.str()
-        landed = [p for p in escapes if p.exists()]
-    finally:
-        for p in escapes:
-            p.unlink(missing_ok=True)
+def agent_outcomes(pytester: pytest.Pytester) -> list[tuple[int, str, str]]:
+    """``(iteration, outcome, why)`` of every agent run that spent an iteration."""
+    return [(int(n), str(o), str(w or "")) for n, o, w in _db_rows(
+        pytester, "SELECT n, outcome, why FROM agent_runs ORDER BY n")]
 
+
+def agent_attempts(pytester: pytest.Pytester) -> list[tuple[int, str, str, float]]:
+    """``(iteration, outcome, why, pause seconds)`` of every run that did not spend one."""
+    return [(int(n), str(o), str(w or ""), float(p)) for n, o, w, p in _db_rows(
+        pytester, "SELECT n, outcome, why, pause FROM agent_attempts ORDER BY id")]
+
+
+def fix_turns(call_id: str = "call_fix", cmd: str = "printf 'fixed\\n' > fix.txt"
+              ) -> tuple[list[FunctionCall], list[Text]]:
+    """The two turns of a model that writes the fix with ``exec_command``, then says so."""
+    return [FunctionCall("exec_command", {"cmd": cmd}, call_id=call_id)], [Text("Fixed.")]
+
+
+def test_loop_stops_after_repeated_api_errors(pytester: pytest.Pytester,
+                                              loop: Callable[..., pytest.RunResult],
+                                              server: ResponsesServer) -> None:
+    server.add(ApiError(500, repeat=None))
+    result = loop()
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == 7, out
+    outcomes = agent_outcomes(pytester)
+    assert [o[:2] for o in outcomes] == [(1, "api-error"), (2, "api-error"), (3, "api-error")]
+    assert all("high demand" in why for _, _, why in outcomes), outcomes
+    assert agent_attempts(pytester) == []
+    assert server.statuses() == [500] * 3  # one request per run: retries off
+    assert "| 3 | US-001 | exit 1 | api-error: turn.failed: We" in report_text(pytester)
+
+
+def test_loop_pauses_on_rate_limit_then_completes(pytester: pytest.Pytester,
+                                                  loop: Callable[..., pytest.RunResult],
+                                                  server: ResponsesServer) -> None:
+    server.add(ApiError(429, retry_after=2), *fix_turns())
+    # One iteration allowed: the rate-limited run must not spend it.
+    result = loop("--ralph-max-iterations", "1",
+                  ini="ralph_rate_limit_backoff = 1\nralph_max_pause = 5")
+    out = result.stdout.str() + result.stderr.str()
     assert result.ret == 0, out
-    assert landed == [], f"writes outside the project landed: {landed}"
-    assert "confined by bubblewrap" in out, out
     assert (pytester.path / "fix.txt").read_text() == "fixed\n"
-    # The CLI's own state folder was writable: the scripted note and Codex's session log.
-    assert (codex_home / f"agent-note-{mark}.txt").read_text() == "codex-state\n"
-    assert list((codex_home / "sessions").rglob("*.jsonl")), sorted(codex_home.rglob("*"))
-    # Inside, the writes to the private HOME and /tmp "worked" (and vanished with the
-    # sandbox); the one to a real folder outside was refused.
-    output = server.tool_outputs()["call_fix"]["output"]
-    assert f"wrote escape-{mark}.txt in {home.name}" in output, output
-    assert f"wrote escape-{mark}.txt in tmp" in output, output
-    assert "Read-only file system" in output, output
-    assert f"wrote escape-{mark}.txt in {CACHE.name}" not in output, output
-    assert _db_rows(pytester, "SELECT n, outcome FROM agent_runs ORDER BY n") == [(1, "ok")]
-    report = report_text(pytester)
-    assert "| 1 | US-001 | exit 0 | ok |" in report, report
-    assert any(PROVEN["codex"].version in h.get("user-agent", "") for h in server.headers)
-    assert server.remaining == 0
+    ((n, outcome, why, pause),) = agent_attempts(pytester)
+    # No retry time from the CLI: the loop's own back-off (1 s here) decides the pause.
+    assert (n, outcome) == (1, "rate-limited") and 1.0 <= pause < 2.0, (why, pause)
+    assert "429 Too Many Requests" in why
+    assert [o[:2] for o in agent_outcomes(pytester)] == [(1, "ok")]
+    assert "the iteration is not spent" in out
+    assert server.statuses() == [429, 200, 200]
+
+
+def test_loop_completes_confined(pytester: pytest.Pytester,
+                                 loop: Callable[..., pytest.RunResult],
+                                 codex_env: dict[str, str], server: ResponsesServer,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real CLI in the loop's sandbox, with a home folder outside the project and
+    outside /tmp, as a user's is, and Codex's state in its default ``~/.codex``: it writes
+    the project and its own state, and nothing else."""
+    sandbox = probe("auto")
+    if not sandbox.confined:
+        if os.environ.get("CI"):
+            pytest.fail(f"bubblewrap cannot confine here: {sandbox.reason}", pytrace=False)
+        pytest.skip(f"bubblewrap cannot confine here: {sandbox.reason}")
+    TEST_HOMES.mkdir(parents=True, exist_ok=True)
+    home = Path(tempfile.mkdtemp(dir=TEST_HOMES))
+    try:
+        (home / "notes.txt").write_text("mine\n")  # a file of the user's
+        codex_home = write_codex_home(home / ".codex", server.url)
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.delenv("CODEX_HOME")  # the default, ~/.codex
+        mark = uuid.uuid4().hex[:12]
+        # Outside the project: new files in HOME, /tmp and a folder of this user's that is
+        # neither (the CLI cache), each writable to an unconfined agent.
+        escapes = [home / f"escape-{mark}.txt", Path(f"/tmp/escape-{mark}.txt"),
+                   CACHE / f"escape-{mark}.txt"]
+        cmd = "; ".join([
+            "printf 'fixed\\n' > fix.txt",
+            "(echo theirs > \"$HOME/notes.txt\" && echo changed notes) 2>&1",
+            *(f"(echo escaped > {p} && echo wrote {p.name} in {p.parent.name}) 2>&1"
+              for p in escapes),
+            f"echo codex-state > ~/.codex/agent-note-{mark}.txt"])
+        server.add(*fix_turns(cmd=cmd))
+        try:
+            result = loop("--ralph-sandbox", "required")
+            landed = [p for p in escapes if p.exists()]
+        finally:
+            for p in escapes:
+                p.unlink(missing_ok=True)
+        out = result.stdout.str() + result.stderr.str()
+
+        assert result.ret == 0, out
+        assert landed == [], f"writes outside the project landed: {landed}"
+        assert (home / "notes.txt").read_text() == "mine\n"
+        assert result.stdout.lines[0].startswith(
+            "pytest-ralph: agent and check phases confined by bubblewrap"), out
+        assert "~/.codex" in result.stdout.lines[0], result.stdout.lines[0]
+        assert (pytester.path / "fix.txt").read_text() == "fixed\n"
+        # Codex's own state folder was writable: the scripted note and its session log.
+        assert (codex_home / f"agent-note-{mark}.txt").read_text() == "codex-state\n"
+        assert list((codex_home / "sessions").rglob("*.jsonl")), sorted(codex_home.rglob("*"))
+        # Inside, the user's file was read-only, new files in the private HOME and /tmp
+        # "worked" (and vanished with the sandbox), the real folder outside was read-only.
+        output = server.tool_outputs()["call_fix"]["output"]
+        assert "changed notes" not in output, output
+        assert f"wrote escape-{mark}.txt in {home.name}" in output, output
+        assert f"wrote escape-{mark}.txt in tmp" in output, output
+        assert f"wrote escape-{mark}.txt in {CACHE.name}" not in output, output
+        assert output.count("Read-only file system") == 2, output
+        assert [o[:2] for o in agent_outcomes(pytester)] == [(1, "ok")]
+        report = report_text(pytester)
+        assert "| 1 | US-001 | exit 0 | ok |" in report, report
+        assert any(PROVEN["codex"].version in h.get("user-agent", "") for h in server.headers)
+        assert server.remaining == 0
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
