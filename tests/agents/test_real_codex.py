@@ -28,8 +28,10 @@ from typing import Any
 
 import pytest
 
-from pytest_ralph.agents.presets import PRESETS
+from pytest_ralph.agents.activity import Activity
+from pytest_ralph.agents.presets import PRESETS, reader_for
 from pytest_ralph.agents.proven import PROVEN
+from pytest_ralph.agents.readers import CodexReader
 from pytest_ralph.agents.run import AgentRun, run_agent
 from pytest_ralph.sandbox.bwrap import probe
 from tests.support.codex_cli import KEY_ENV, MODEL, offline_env, write_codex_home
@@ -115,14 +117,18 @@ def codex_env(codex_bin: Path, server: ResponsesServer, tmp_path_factory: pytest
     return env
 
 
-def run_preset(env: dict[str, str], project: Path, runs: Path) -> AgentRun:
+def run_preset(env: dict[str, str], project: Path, runs: Path,
+               activity: Activity | None = None) -> AgentRun:
     """The ``codex`` preset's exact argv, prompt on stdin, run by the loop's agent runner
-    with the preset's reader (unconfined: the loop's sandbox is exercised below)."""
-    preset = PRESETS["codex"]
+    with the reader :func:`reader_for` gives that argv (unconfined: the loop's sandbox is
+    exercised below); ``activity`` (the live view's model) is fed each stdout line."""
+    argv = PRESETS["codex"].argv()
+    reader = reader_for(argv)
+    assert isinstance(reader, CodexReader)
     runs.mkdir(parents=True, exist_ok=True)
-    return run_agent(preset.argv(), prompt=PROMPT, prompt_file=runs / "prompt.md", cwd=project,
+    return run_agent(argv, prompt=PROMPT, prompt_file=runs / "prompt.md", cwd=project,
                      timeout=CLI_TIMEOUT, log_path=runs / "agent.log", env=env,
-                     reader=preset.reader())
+                     reader=reader, on_stdout_line=activity.feed if activity else None)
 
 
 def log_text(run: AgentRun) -> str:
@@ -144,7 +150,8 @@ def test_success_runs_real_tool_calls(codex_env: dict[str, str], server: Respons
                              call_id="call_shell")],
                [CustomToolCall("apply_patch", PATCH, call_id="call_patch")],
                [Text("Fixed.")])
-    run = run_preset(codex_env, project, tmp_path / "run")
+    activity = Activity("codex")
+    run = run_preset(codex_env, project, tmp_path / "run", activity)
 
     assert (run.outcome, run.exit_code) == ("ok", 0), log_text(run)
     assert (project / "fix.txt").read_text() == "fixed\n"
@@ -154,6 +161,11 @@ def test_success_runs_real_tool_calls(codex_env: dict[str, str], server: Respons
     assert run.detail == "" and run.cost_usd is None
     log = log_text(run)
     assert '"type":"command_execution"' in log and '"type":"file_change"' in log
+    # The live view read the same events: the command, then the patch's file.
+    live = activity.snapshot()
+    assert (live.turns, live.tool_calls, live.last_tool) == (1, 2, "edit"), live
+    assert live.last_target == str(project / "notes.txt")
+    assert (live.input_tokens, live.output_tokens) == (300, 60)
     # What the CLI sent: its own tools, the prompt, then the real tools' results.
     assert server.statuses() == [200, 200, 200] and server.remaining == 0
     assert {"exec_command", "apply_patch"} <= set(server.tool_names())
