@@ -200,13 +200,41 @@ CODEX = Preset(
 
 The prompt argument ``-`` reads the instructions from stdin (cli.rs: "If not provided as an
 argument (or if ``-`` is used), instructions are read from stdin"). ``--json`` prints JSONL
-events (``thread.started``, ``turn.started``, ``turn.completed`` with usage, ``turn.failed``
-with ``error.message``, ``item.*``, ``error``). ``codex exec`` never asks for approval but
-runs read-only by default; ``--dangerously-bypass-approvals-and-sandbox`` (alias ``--yolo``)
-lets it edit files and run commands with no sandbox, as an unattended loop needs
-(``--sandbox workspace-write`` is the sandboxed alternative, via ``ralph_agent_flags``).
-``--skip-git-repo-check``: Codex refuses to run outside a Git repository otherwise. Exit
-codes are not documented; a failed turn exits 1 in the reports read.
+events. ``codex exec`` never asks for approval but runs read-only by default;
+``--dangerously-bypass-approvals-and-sandbox`` (alias ``--yolo``) lets it edit files and run
+commands with no sandbox of its own, as an unattended loop needs (``--sandbox
+workspace-write`` is the sandboxed alternative, via ``ralph_agent_flags``).
+``--skip-git-repo-check``: outside a Git repository (or a folder it trusts) Codex refuses to
+run with its own sandbox on (0.171.0: exit 1, ``Not inside a trusted directory and
+--skip-git-repo-check was not specified.``); with the bypass flag it does not check, so the
+flag only matters when the flags are replaced.
+
+Observed with codex-cli 0.171.0 (``tests/agents/test_real_codex.py``: this exact argv, the
+prompt on stdin, offline against a scripted OpenAI Responses server; a custom
+``model_providers`` entry with ``wire_api = "responses"``, retries off):
+
+- success: exit 0; events ``thread.started``, ``turn.started``, ``item.started`` /
+  ``item.completed`` (``agent_message``, ``command_execution`` for its ``exec_command``
+  tool, ``file_change`` for ``apply_patch``, and an ``error`` *item* for a warning such as
+  ``Model metadata for `x` not found``, which does not fail the run), ``turn.completed``
+  with ``usage`` (``input_tokens``, ``cached_input_tokens``, ``cache_write_input_tokens``,
+  ``output_tokens``, ``reasoning_output_tokens``: the sum over the turn's model requests).
+  One ``codex exec`` is one turn however many model requests it makes.
+- HTTP 500: exit 1; ``error`` then ``turn.failed`` with Codex's own words (``We're
+  currently experiencing high demand, which may cause temporary errors.``, not the
+  body's message): ``api-error``.
+- HTTP 429: exit 1; ``exceeded retry limit, last status: 429 Too Many Requests, request id:
+  ...``: ``rate-limited``, with no retry time (the CLI drops the ``retry-after`` header and
+  the body's ``Please try again in 2s``). A stream the API ends with ``response.failed``
+  code ``rate_limit_exceeded`` gives ``rate limit exceeded: <the API's message>``, whose
+  ``Please try again in 1.5s`` the reader takes as the retry time; a 429 of type
+  ``usage_limit_reached`` gives ``You've hit your usage limit. Try again later.``
+  (``rate-limited``); one of code ``insufficient_quota`` gives ``Quota exceeded. Check your
+  plan and billing details.`` (``api-error``: waiting does not help).
+- Codex retries a failed request (``request_max_retries``, per provider) and a dropped
+  stream (``stream_max_retries``) with back-off before it reports the error; when the server
+  cannot be reached at all it prints ``Reconnecting... waiting for network`` errors and
+  keeps waiting, so such a run ends at the agent timeout.
 """
 
 AIDER = Preset(

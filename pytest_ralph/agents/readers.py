@@ -271,11 +271,15 @@ class ResultReader(_LastResult):
 #: limit (``You've hit your usage limit. ... try again at 3:28 PM.``) and the HTTP 429 after
 #: retries (``exceeded retry limit, last status: 429 Too Many Requests``), as reported in
 #: https://github.com/Th0rgal/sandboxed.sh/pull/394 and https://github.com/openai/codex/issues/10550;
-#: and the API's ``Rate limit reached for <model> ...`` (https://github.com/openai/codex/issues/231).
+#: the API's ``Rate limit reached for <model> ...`` (https://github.com/openai/codex/issues/231);
+#: and, seen with codex-cli 0.171.0, a stream that ended with ``response.failed`` code
+#: ``rate_limit_exceeded``: ``rate limit exceeded: <the API's message>`` (the one record that
+#: keeps the API's ``Please try again in 1.5s``).
 _CODEX_RATE_LIMIT = re.compile(
     r"You(?:'|\u2019)ve hit your usage limit\b"
     r"|(?:stream error: )?exceeded retry limit, last status: 429\b"
-    r"|Rate limit reached for\b")
+    r"|Rate limit reached for\b"
+    r"|rate limit exceeded: ")
 
 
 class CodexReader:
@@ -288,9 +292,12 @@ class CodexReader:
         {"type": "error", "message": "..."}
 
     A ``turn.failed`` or ``error`` not followed by a ``turn.completed`` gives ``api-error``
-    (``rate-limited`` for Codex's rate-limit messages). Tokens are those of the last
-    ``turn.completed`` (Codex reports the thread's running total there); turns count
-    ``turn.started``. Codex reports no cost.
+    (``rate-limited`` for Codex's rate-limit messages, see :data:`_CODEX_RATE_LIMIT`, with
+    the retry time when the message has the API's ``Please try again in 1.5s``). An
+    ``item.completed`` whose item has ``"type": "error"`` (a warning) does not count. Tokens
+    are those of the last ``turn.completed`` (the sum over the turn's model requests; one
+    ``codex exec`` is one turn in 0.171.0); turns count ``turn.started``. Codex reports no
+    cost. Checked against codex-cli 0.171.0's real output (see the ``codex`` preset).
     """
 
     def __init__(self) -> None:

@@ -493,6 +493,72 @@ def test_codex_garbage_fields() -> None:
     assert verdict.input_tokens is None and verdict.output_tokens is None
 
 
+# Lines codex-cli 0.171.0 printed (``codex exec --json``) against the scripted Responses
+# server of tests/agents/test_real_codex.py (ids shortened).
+CODEX_171_OK = [
+    b'{"type":"thread.started","thread_id":"01a238a8-3bba-7e73-98eb-8883a8498c0b"}',
+    b'{"type":"turn.started"}',
+    b'{"type":"item.completed","item":{"id":"item_0","type":"agent_message","text":"Running."}}',
+    b'{"type":"item.started","item":{"id":"item_1","type":"command_execution","command":'
+    b'"/bin/bash -lc \'echo fixed > done.txt\'","aggregated_output":"","exit_code":null,'
+    b'"status":"in_progress"}}',
+    b'{"type":"item.completed","item":{"id":"item_1","type":"command_execution","command":'
+    b'"/bin/bash -lc \'echo fixed > done.txt\'","aggregated_output":"","exit_code":0,'
+    b'"status":"completed"}}',
+    b'{"type":"item.completed","item":{"id":"item_3","type":"agent_message","text":"All done."}}',
+    b'{"type":"turn.completed","usage":{"input_tokens":300,"cached_input_tokens":0,'
+    b'"cache_write_input_tokens":0,"output_tokens":60,"reasoning_output_tokens":0}}',
+]
+
+#: A model missing from the CLI's catalog: an error *item*, and the run goes on.
+CODEX_171_METADATA_WARNING = (
+    b'{"type":"item.completed","item":{"id":"item_0","type":"error","message":"Model metadata '
+    b'for `gpt-test` not found. Defaulting to fallback metadata; this can degrade performance '
+    b'and cause issues."}}')
+
+
+def codex_171_failed(message: str) -> list[bytes]:
+    """What 0.171.0 printed for a failed turn: ``error`` then ``turn.failed``, same message."""
+    text = json.dumps(message, ensure_ascii=False)[1:-1]
+    return [b'{"type":"thread.started","thread_id":"01a238a8-47b6-7550-b989-44b40c1c43c4"}',
+            b'{"type":"turn.started"}',
+            ('{"type":"error","message":"' + text + '"}').encode(),
+            ('{"type":"turn.failed","error":{"message":"' + text + '"}}').encode()]
+
+
+def test_codex_171_success() -> None:
+    lines = [CODEX_171_OK[0], CODEX_171_METADATA_WARNING, *CODEX_171_OK[1:]]
+    verdict = run_reader(CodexReader(), lines, 0)
+    assert verdict == Verdict(None, input_tokens=300, output_tokens=60, turns=1)
+
+
+@pytest.mark.parametrize(("message", "outcome", "retry_after"), [
+    # HTTP 500: Codex shows its own words, not the body's message.
+    ("We\u2019re currently experiencing high demand, which may cause temporary errors.",
+     "api-error", None),
+    # HTTP 429 (retry-after: 2 and "Please try again in 2s" in the body, both dropped).
+    ("exceeded retry limit, last status: 429 Too Many Requests, request id: "
+     "req_92a3b6a26bfe48489197de1ce63987db", "rate-limited", None),
+    # A stream ended by response.failed with code rate_limit_exceeded.
+    ("rate limit exceeded: Rate limit reached for gpt-5.5 in organization org-test on tokens "
+     "per min (TPM): Limit 10, Used 10, Requested 5. Please try again in 1.5s. Visit "
+     "https://platform.openai.com/account/rate-limits to learn more.", "rate-limited", 1.5),
+    # HTTP 429 with error.type usage_limit_reached.
+    ("You\u2019ve hit your usage limit. Try again later.", "rate-limited", None),
+    # HTTP 429 with error.code insufficient_quota: billing, waiting does not help.
+    ("Quota exceeded. Check your plan and billing details.", "api-error", None),
+    # A stream ended by response.failed with another code.
+    ("stream disconnected before completion: mock failure in stream", "api-error", None),
+])
+def test_codex_171_failures(message: str, outcome: str, retry_after: float | None) -> None:
+    verdict = run_reader(CodexReader(), codex_171_failed(message), 1)
+    assert verdict.outcome == outcome
+    detail = f"turn.failed: {message}"
+    assert verdict.detail == (detail if len(detail) <= 200 else detail[:199] + "\u2026")
+    assert verdict.retry_after == retry_after
+    assert verdict.turns == 1
+
+
 # -- Gemini CLI -----------------------------------------------------------------------------
 
 def gemini_lines(result: dict[str, Any]) -> list[bytes]:

@@ -9,6 +9,8 @@
 - ``git``: git with a fixed identity, and ``needs_git``;
 - ``docs``: the examples marked in ``docs/*.md``;
 - ``fake_cli``: a fake agent CLI (a script); ``claude_cli`` and ``model_server``: the pinned
-  real Claude Code CLI against a scripted loopback model; ``privileges``: commands run without
+  real Claude Code CLI against a scripted loopback model; ``responses_server`` and
+  ``codex_cli``: a scripted loopback OpenAI Responses API and the ``CODEX_HOME`` that points
+  the real Codex CLI at it; ``privileges``: commands run without
   root's power; ``chaos``: the harness of the dishonest-agent cases (``tests/chaos``).
 """
