@@ -26,6 +26,7 @@ claude        ``claude -p --output-format stream-json --verbose``               
 codex         ``codex exec --json --skip-git-repo-check``                             stdin
               ``--dangerously-bypass-approvals-and-sandbox -``
 aider         ``aider --yes-always --no-pretty --message-file {prompt_file}``         file
+              ``--no-auto-commits --no-dirty-commits --no-check-update --no-analytics``
 gemini        ``gemini --output-format stream-json --approval-mode=yolo``             stdin
 opencode      ``opencode run --format json --auto``                                   stdin
 amp           ``amp --dangerously-allow-all --stream-json --execute``                 stdin
@@ -46,7 +47,7 @@ Documentation read:
   https://spybara.com/openai/codex/history/docs/en/cli/reference/page/2026-04-07-0040/2026-04-08-0040/
   (a copy of https://developers.openai.com/codex/cli/reference).
 - aider: https://aider.chat/docs/scripting.html, https://aider.chat/docs/config/options.html,
-  https://github.com/Aider-AI/aider/issues/3918.
+  https://aider.chat/docs/git.html, https://github.com/Aider-AI/aider/issues/3918.
 - gemini: https://geminicli.com/docs/cli/headless/,
   https://github.com/google-gemini/gemini-cli/blob/main/docs/cli/headless.md,
   https://github.com/google-gemini/gemini-cli/blob/main/docs/cli/cli-reference.md,
@@ -75,6 +76,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .readers import (
+    AiderReader,
     CodexReader,
     GeminiReader,
     GooseReader,
@@ -240,24 +242,66 @@ prompt on stdin, offline against a scripted OpenAI Responses server; a custom
 AIDER = Preset(
     name="aider",
     executable="aider",
-    flags=("--yes-always", "--no-pretty", "--message-file", "{prompt_file}"),
+    flags=("--yes-always", "--no-pretty", "--message-file", "{prompt_file}",
+           "--no-auto-commits", "--no-dirty-commits", "--no-check-update", "--no-analytics"),
     prompt_via="file",
     docs=(
         "https://aider.chat/docs/scripting.html",
         "https://aider.chat/docs/config/options.html",
+        "https://aider.chat/docs/git.html",
         "https://github.com/Aider-AI/aider/issues/3918",
     ),
-    reader=PlainReader,
-    structured=lambda flags: False,
+    reader=AiderReader,
 )
 """aider, scripted.
 
 ``--message-file FILE`` sends the file's text as one message, applies the edits and exits
 (the docs document no way to read the message from stdin, so the prompt file is used).
 ``--yes-always`` says yes to every confirmation; ``--no-pretty`` keeps colour codes out of
-the log. aider has no structured output, prints its errors (``litellm.RateLimitError: ...``)
-on stdout among the model's text, documents no error format or exit codes, and exits 0
-even when rate-limited (issue 3918): its reader never classifies, the exit code decides.
+the log. Because ``--yes-always`` also says yes to questions meant for the user, two are
+kept from being asked: ``--no-check-update`` (once a day aider asks PyPI for a newer
+release and, answered yes, pip-installs it over itself and exits 0 without doing the
+task), ``--no-analytics`` (one user in ten is asked to opt in to analytics; yes would opt
+them in; this run only, a saved choice is kept). aider has no structured output: the
+:class:`~pytest_ralph.agents.readers.AiderReader` reads the ``litellm.<Name>Error:`` lines
+it prints.
+
+Git: aider commits every edit it makes (a commit message written by a model request of its
+own) and, before editing a file with uncommitted changes, commits those too.
+``--no-auto-commits --no-dirty-commits`` turn both off, so the agent's work stays in the
+working tree for the loop to judge and for you to review and commit, as with the other
+presets (the loop stays right when an agent commits anyway: a prompt that asks for
+commits, or ``ralph_agent_flags`` without these flags). aider still uses the repository
+(its repo map lists the tracked files) and, with ``--yes-always``: in a folder without a
+git repository it runs ``git init`` (the repository stays empty), and it adds ``.aider*``
+to ``.gitignore`` (creating it) so that its chat history (``.aider.chat.history.md``,
+``.aider.input.history``) and tags cache (``.aider.tags.cache.v4/``) in the project stay
+out of git and out of the loop's diff stat. Add ``--no-git`` through ``ralph_agent_flags``
+to have neither (aider then sees only the files it is told about), or ``--no-gitignore``
+to keep ``.gitignore`` as it is. In your home folder aider writes ``~/.aider/`` only
+(``installs.json``, ``analytics.json``, ``caches/`` with the model-price list it
+downloads), the sandbox's writable folders for this preset.
+
+Observed with aider-chat 0.86.2 (``tests/agents/test_real_aider.py``: this exact argv,
+offline against a scripted Anthropic Messages server through litellm's
+``ANTHROPIC_API_BASE``, ``--model anthropic/<name>``):
+
+- success: exit 0; after each model response ``Tokens: 598 sent, 17 received. Cost:
+  $0.0020 message, $0.0020 session.`` (the cost only for a model whose prices it knows;
+  aider counts the tokens itself), then ``Applied edit to hello.py``; aider lints each
+  edited file of a language it knows and sends the errors back to the model.
+- HTTP 500: **exit 0**; per attempt ``litellm.InternalServerError: AnthropicException -
+  b'{...}'. Handle with `litellm.InternalServerError`.`` (wrapped over several lines at 80
+  columns), ``The API provider's servers are down or overloaded.``, ``Retrying in 0.2
+  seconds...``; it retries with a doubling back-off up to 32 s (9 attempts, about 64 s; the
+  60 s cap is a constant, ``aider.models.RETRY_TIMEOUT``, with no option) and gives up
+  with the last error printed: ``api-error``.
+- HTTP 429: **exit 0**; the same with ``litellm.RateLimitError: ...`` and ``The API
+  provider has rate limited you. Try again later or check your quotas.``: ``rate-limited``,
+  the retry time taken from the API's message when it says ``Please try again in 2s``
+  (aider drops the ``retry-after`` header).
+- HTTP 401: **exit 0**, at once (no retry): ``litellm.AuthenticationError: ...``, ``The
+  API provider is not able to authenticate you. Check your API key.``: ``api-error``.
 """
 
 GEMINI = Preset(

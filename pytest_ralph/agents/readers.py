@@ -4,13 +4,16 @@ A reader is fed the run's stdout line by line (:class:`OutputReader`) and gives 
 :class:`Verdict` at the end: ``api-error``, ``rate-limited`` or ``None`` (the exit code
 decides), with the cost, tokens and turns when the CLI reports them. One reader per output
 format: :class:`PlainReader` (no structured output), :class:`ResultReader` (Claude Code, Amp,
-the Cursor CLI), :class:`CodexReader`, :class:`GeminiReader`, :class:`OpencodeReader` and
-:class:`GooseReader`. The presets (:mod:`pytest_ralph.agents.presets`) say which CLI gets
+the Cursor CLI), :class:`CodexReader`, :class:`GeminiReader`, :class:`OpencodeReader`,
+:class:`GooseReader` and :class:`AiderReader` (aider's console text: it has no structured
+output). The presets (:mod:`pytest_ralph.agents.presets`) say which CLI gets
 which reader; the documentation each was read from is listed there.
 
 Readers hold O(1) memory whatever the output's size: the last terminal record and a few
 counters, never the lines. They read only fields of the CLI's own structured records (never
-free text, which may quote file contents), tolerate any garbage, and never raise.
+free text, which may quote file contents; the one exception, :class:`AiderReader`, reads
+only whole lines in aider's own formats and lets a later model response clear an error),
+tolerate any garbage, and never raise.
 """
 
 from __future__ import annotations
@@ -483,3 +486,128 @@ class GooseReader:
             return Verdict("rate-limited", detail, retry_after=_retry_after(self._error),
                            **metrics)
         return Verdict("api-error", detail, **metrics)
+
+
+#: The start of an error line aider prints on stdout: ``litellm.<Name>: <message>``, where
+#: ``<Name>`` is one of the litellm exceptions aider catches (aider/exceptions.py:
+#: ``RateLimitError``, ``InternalServerError``, ``AuthenticationError``, ``APIConnectionError``,
+#: ``Timeout``...), at the start of the line.
+_AIDER_ERROR = re.compile(r"litellm\.([A-Z][A-Za-z]{0,40}Error|Timeout):(.*)")
+
+#: The line aider prints after every model response (base_coder.py ``show_usage_report``):
+#: ``Tokens: 597 sent, 23 received.``, ``Tokens: 2.5k sent, 12k received. Cost: $0.01
+#: message, $0.03 session.``
+_AIDER_TOKENS = re.compile(
+    r"Tokens: (\d{1,9}(?:\.\d)?)(k?) sent(?:, \d{1,9}(?:\.\d)?k? cache (?:write|hit))*"
+    r", (\d{1,9}(?:\.\d)?)(k?) received\.")
+
+#: The cost aider adds to that line, or prints on the next (when the response both wrote
+#: and hit the prompt cache): ``Cost: $0.01 message, $0.03 session.``
+_AIDER_COST = re.compile(r"(?:.* )?Cost: \$\d{1,12}(?:\.\d{1,12})? message, "
+                         r"\$(\d{1,12}(?:\.\d{1,12})?) session\.")
+
+#: Lines that end an error message aider's console wrapped over several lines: aider's own
+#: description of the error (``The API provider has rate limited you. ...``), its back-off
+#: line (``Retrying in 0.5 seconds...``) or the next error.
+_AIDER_MESSAGE_END = re.compile(r"The API provider |OpenRouter or |Insufficient credits "
+                                r"|You need to: |Retrying in |litellm\.")
+
+#: ANSI escape sequences (colour with ``--pretty``).
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+#: Characters kept of one aider error message (its continuation lines joined).
+_AIDER_MESSAGE_CHARS = 2000
+
+
+def _aider_count(number: str, kilo: str) -> int | None:
+    """A token count as aider prints it (``597``, ``2.5k``, ``12k``: rounded above 999)."""
+    try:
+        value = float(number) * (1000 if kilo else 1)
+    except ValueError:  # pragma: no cover - the pattern only lets digits through
+        return None
+    return _count(round(value))
+
+
+class AiderReader:
+    """Reads aider's plain console output on stdout (aider has no structured output).
+
+    aider 0.86.2 exits 0 whatever the model API answered: after an HTTP error it prints
+    litellm's exception, one per attempt, wrapped by its console at the terminal width
+    (80 columns without a terminal), then its own description, then its back-off::
+
+        litellm.RateLimitError: AnthropicException - b'{"type": "error", "error":
+        {"type": "rate_limit_error", "message": "Please try again in 2s"}, "request_id":
+        "req_99f33395af06489eb5438512"}'
+        The API provider has rate limited you. Try again later or check your quotas.
+        Retrying in 0.2 seconds...
+
+    retries with a doubling back-off (0.25 s ... 32 s, about 64 s in all) for the errors it
+    counts as transient (``RateLimitError``, ``InternalServerError``, ``APIConnectionError``,
+    ``Timeout``...), not for ``AuthenticationError``, ``NotFoundError`` or
+    ``BadRequestError``, and gives up with the last error printed. After every model
+    response it prints ``Tokens: 597 sent, 23 received.`` (with ``Cost: $... message, $...
+    session.`` for a model whose prices it knows).
+
+    The verdict: the last ``litellm.<Name>:`` line that starts a line and is not followed by
+    a ``Tokens:`` line (a response: a retry that recovered, or a model quoting such a line in
+    its answer) gives ``rate-limited`` for ``RateLimitError`` / ``RouterRateLimitError``,
+    with ``retry_after`` when the API's message says ``Please try again in 2s`` (aider's own
+    ``Retrying in`` back-off is not a stated retry time: it has already waited it out), and
+    ``api-error`` for every other name, ``AuthenticationError`` said as such. The detail is
+    the message with its wrapped lines joined. ``turns`` counts the ``Tokens:`` lines,
+    tokens are their sum (aider rounds counts above 999 to ``2.5k``, read as 2500), cost the
+    last ``session`` amount. ANSI colour codes (``--pretty``) are stripped. This is free
+    text: only whole lines in aider's own formats are read, in O(1) memory.
+    """
+
+    def __init__(self) -> None:
+        self._name: str | None = None
+        self._message = ""
+        self._collecting = False
+        self._cost: float | None = None
+        self._input: int | None = None
+        self._output: int | None = None
+        self._turns: int | None = None
+
+    def feed_stdout(self, line: bytes) -> None:
+        """Updates the state from one console line."""
+        if len(line) >= MAX_LINE_BYTES:
+            self._collecting = False
+            return
+        text = _ANSI.sub("", line.decode("utf-8", "replace")).rstrip()
+        error = _AIDER_ERROR.match(text)
+        if error:
+            self._name, self._message = error.group(1), error.group(2).strip()
+            self._collecting = True
+            return
+        if self._collecting:
+            if not text or _AIDER_MESSAGE_END.match(text) or len(
+                    self._message) >= _AIDER_MESSAGE_CHARS:
+                self._collecting = False
+            else:
+                self._message = (self._message + " " + text.strip())[:_AIDER_MESSAGE_CHARS]
+                return
+        tokens = _AIDER_TOKENS.match(text)
+        if tokens:
+            self._name = None
+            self._turns = _add(self._turns, 1)
+            self._input = _add(self._input, _aider_count(tokens.group(1), tokens.group(2)))
+            self._output = _add(self._output, _aider_count(tokens.group(3), tokens.group(4)))
+        cost = _AIDER_COST.fullmatch(text)
+        if cost and (tokens or text.startswith("Cost: ")):
+            self._cost = _money(float(cost.group(1)))
+
+    def verdict(self, exit_code: int | None, stderr_tail: Sequence[str]) -> Verdict:
+        """``rate-limited`` / ``api-error`` after an unrecovered litellm error, else
+        ``None`` (the exit code decides)."""
+        metrics: dict[str, Any] = {"cost_usd": self._cost, "input_tokens": self._input,
+                                   "output_tokens": self._output, "turns": self._turns}
+        if self._name is None:
+            return Verdict(None, **metrics)
+        error = f"litellm.{self._name}: {self._message}".rstrip(": ")
+        if self._name in ("RateLimitError", "RouterRateLimitError"):
+            return Verdict("rate-limited", _one_line(error),
+                           retry_after=_retry_after(self._message), **metrics)
+        if self._name == "AuthenticationError":
+            error = "authentication failed (check the API key): " + error
+        return Verdict("api-error", _one_line(error), **metrics)
