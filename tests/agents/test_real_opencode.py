@@ -8,10 +8,11 @@ results and API errors; each error answer carries ``retry-after-ms: 10`` so that
 own five retries take milliseconds. The first part runs the ``opencode`` preset's exact argv
 (prompt on stdin) through the loop's own agent runner
 (:func:`pytest_ralph.agents.run.run_agent`, the preset's reader classifying); the second runs
-the whole loop (``pytest --ralph --ralph-agent opencode``) in a pytester subprocess: a
-rate-limited run pauses it for the time the error states without spending the iteration, and
-a run confined by bubblewrap completes with the project edited and nothing written outside it
-but opencode's own config, data, cache and state folders.
+the whole loop (``pytest --ralph --ralph-agent opencode``) in a pytester subprocess: HTTP 500
+ends it with exit 7 after three API errors, a rate-limited run pauses it for the time the
+error states without spending the iteration, and a run confined by bubblewrap completes with
+the project edited and nothing written outside it but opencode's own config, data, cache and
+state folders.
 """
 
 from __future__ import annotations
@@ -289,6 +290,20 @@ def fix_turns(cmd: str = "printf 'fixed\\n' > fix.txt", call_id: str = "toolu_fi
     """The two turns of a model that writes the fix with ``bash``, then says so."""
     return ([ToolUse("bash", {"command": cmd, "description": "Write the fix"}, id=call_id)],
             [Text("Fixed.")])
+
+
+def test_loop_stops_after_repeated_api_errors(pytester: pytest.Pytester,
+                                              loop: Callable[..., pytest.RunResult],
+                                              server: ModelServer) -> None:
+    server.add(ApiError(500, headers=FAST_RETRY, repeat=None))
+    result = loop()
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == 7, out
+    outcomes = agent_outcomes(pytester)
+    assert outcomes == [(n, "api-error", "APIError: mock failure") for n in (1, 2, 3)], outcomes
+    assert agent_attempts(pytester) == []
+    assert agent_statuses(server) == [500] * 18  # three runs of six tries each
+    assert "| 3 | US-001 | exit 1 | api-error: APIError: mock failure" in report_text(pytester)
 
 
 def test_loop_pauses_for_the_stated_retry_time(pytester: pytest.Pytester,
