@@ -354,6 +354,21 @@ given (run.ts ``resolveRunInput``; issue 42064). ``--format json`` prints raw JS
 auto-rejects them). Exit status 1 after a session error (run.ts); opencode 2.0 also exits 1
 after an error it retried and recovered from (issue 50062), hence the reader clears an
 error followed by more work.
+
+Observed with opencode 1.18.33 (npm ``opencode-ai``; ``tests/agents/test_real_opencode.py``,
+offline against a scripted Anthropic Messages server through an ``anthropic`` provider
+whose ``options.baseURL`` points at it): a success prints ``step_start``, ``text``,
+``tool_use`` (``part.tool`` ``bash`` / ``write``, ``part.state.status`` ``completed``) and one
+``step_finish`` per model request (``part.tokens.input`` / ``output``, ``part.cost``), and
+exits 0. An HTTP 500 or 429 is retried five times by the CLI itself (not configurable; the
+wait is the response's ``retry-after-ms`` / ``retry-after`` header, else 2 s doubling), then
+one ``error`` event is printed and the exit status is 1: ``{"name": "APIError", "data":
+{"message": <the body's error.message>, "statusCode": 429, "isRetryable": true,
+"responseHeaders": {<lower-cased names>: <strings>}, "responseBody": "...", ...}}``. The
+reader takes a 429's wait from the message (``Please try again in 1.5s``), else from those
+headers. opencode takes its working folder from ``PWD`` (not ``getcwd()``): the runner
+sets ``PWD`` to the agent's folder. At every start it runs ``npm install`` of its plugin
+package into ``~/.config/opencode`` in the background (a failure is only logged).
 """
 
 AMP = Preset(

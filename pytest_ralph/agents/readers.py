@@ -24,6 +24,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
 
 #: Bytes of one stdout line handed to a reader; a longer line arrives cut to this length, and
@@ -397,12 +398,18 @@ class OpencodeReader:
 
     An ``error`` not followed by more work (``step_finish`` / ``text``: a retried step that
     recovered) gives ``api-error``, ``rate-limited`` when its ``data.statusCode`` is 429.
-    Cost and tokens are summed over ``step_finish`` events, which also count the turns.
+    A rate limit's wait is read, first found first, from the message's ``Please try again in
+    1.5s`` (``retry_after`` 1.5), then from the ``data.responseHeaders`` that opencode 1.18.33
+    copies into the event (lower-cased names): ``retry-after-ms`` (milliseconds),
+    ``retry-after`` (seconds, ``retry_after``; or an HTTP date, ``reset_at``). Cost and tokens
+    are summed over ``step_finish`` events, which also count the turns.
     """
 
     def __init__(self) -> None:
         self._error: str | None = None
         self._limited = False
+        self._retry_after: float | None = None
+        self._reset_at: float | None = None
         self._cost: float | None = None
         self._input: int | None = None
         self._output: int | None = None
@@ -429,15 +436,54 @@ class OpencodeReader:
                 _get(error, "message")).strip()
             self._error = f"{name or 'error'}: {message or 'no message'}"
             self._limited = _get(error, "data", "statusCode") in (429, "429")
+            self._retry_after = _retry_after(message)
+            self._reset_at = None
+            if self._retry_after is None:
+                self._retry_after, self._reset_at = _header_wait(
+                    _get(error, "data", "responseHeaders"))
 
     def verdict(self, exit_code: int | None, stderr_tail: Sequence[str]) -> Verdict:
-        """``api-error`` / ``rate-limited`` after an unrecovered error, else ``None``."""
+        """``api-error`` / ``rate-limited`` (with the wait it states) after an unrecovered
+        error, else ``None``."""
         metrics: dict[str, Any] = {"cost_usd": self._cost, "input_tokens": self._input,
                                    "output_tokens": self._output, "turns": self._turns}
         if self._error is None:
             return Verdict(None, **metrics)
-        outcome = "rate-limited" if self._limited else "api-error"
-        return Verdict(outcome, _one_line(self._error), **metrics)
+        if self._limited:
+            return Verdict("rate-limited", _one_line(self._error), reset_at=self._reset_at,
+                           retry_after=self._retry_after, **metrics)
+        return Verdict("api-error", _one_line(self._error), **metrics)
+
+
+#: A header's wait in seconds or milliseconds: a plain non-negative decimal.
+_HEADER_NUMBER = re.compile(r"\s*(\d{1,9}(?:\.\d{1,6})?)\s*")
+
+
+def _header_wait(headers: object) -> tuple[float | None, float | None]:
+    """``(retry_after seconds, reset_at epoch seconds)`` from an HTTP response's headers (a
+    JSON object of name -> string, names in any case): ``retry-after-ms`` (milliseconds),
+    else ``retry-after`` (seconds, or an HTTP date for ``reset_at``); ``(None, None)`` when
+    neither holds a believable value."""
+    if not isinstance(headers, dict):
+        return None, None
+    found = {str(k).lower(): v for k, v in headers.items() if isinstance(v, str)}
+    millis = _HEADER_NUMBER.fullmatch(found.get("retry-after-ms", ""))
+    if millis:
+        return float(millis.group(1)) / 1000, None
+    value = found.get("retry-after", "")
+    seconds = _HEADER_NUMBER.fullmatch(value)
+    if seconds:
+        return float(seconds.group(1)), None
+    if not value.strip() or len(value) > 64:
+        return None, None
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None, None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    epoch = when.timestamp()
+    return (None, epoch) if 0 < epoch < _MAX_EPOCH else (None, None)
 
 
 #: goose's provider rate-limit error as displayed (``Rate limit exceeded: <details>``,

@@ -344,7 +344,7 @@ def run_agent(
         argv: the agent argv; ``{prompt_file}`` placeholders are replaced.
         prompt: the prompt text (UTF-8; already redacted by the caller).
         prompt_file: where the prompt is written.
-        cwd: the agent's working directory.
+        cwd: the agent's working directory (also its ``PWD``, whatever ``env`` says).
         timeout: seconds before the agent's process group is killed.
         log_path: file that receives the agent's stdout and stderr.
         env: extra environment variables (on top of ``os.environ`` and
@@ -368,6 +368,10 @@ def run_agent(
     run_env = dict(os.environ)
     run_env.update(env or {})
     run_env[CONTROLLER_ENV] = "1"
+    # PWD names the folder the agent runs in, as a shell would set it: opencode 1.18.33 takes
+    # its working folder from PWD, not getcwd(), so the loop's own PWD would send its tools
+    # into the folder pytest was started from.
+    run_env["PWD"] = os.path.abspath(cwd)
     with log_path.open("w+b") as log:
         sink = _Output(log, reader, redactor, on_log=on_log, on_stdout_line=on_stdout_line)
         try:

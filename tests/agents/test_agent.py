@@ -187,6 +187,15 @@ def test_run_agent_timeout(tmp_path: Path) -> None:
     assert "start" in run.log_tail
 
 
+def test_run_agent_pwd_is_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A stale PWD (the folder pytest started in) would send opencode's tools elsewhere.
+    monkeypatch.setenv("PWD", str(tmp_path.parent))
+    run = _run(tmp_path, _agent(tmp_path, "import os\nprint('pwd=' + os.environ['PWD'])\n"),
+               env={"PWD": "/nowhere"})
+    assert run.outcome == "ok"
+    assert f"pwd={tmp_path}\n" in run.log_path.read_text("utf-8")
+
+
 def test_run_agent_not_found(tmp_path: Path) -> None:
     run = _run(tmp_path, ["pytest-ralph-no-such-agent", "{prompt_file}"])
     assert run.outcome == "not-found"

@@ -11,6 +11,7 @@
 - ``fake_cli``: a fake agent CLI (a script); ``claude_cli`` and ``model_server``: the pinned
   real Claude Code CLI against a scripted loopback model; ``responses_server`` and
   ``codex_cli``: a scripted loopback OpenAI Responses API and the ``CODEX_HOME`` that points
-  the real Codex CLI at it; ``privileges``: commands run without
+  the real Codex CLI at it; ``opencode_cli``: the config and environment that point the
+  real opencode CLI at ``model_server``; ``privileges``: commands run without
   root's power; ``chaos``: the harness of the dishonest-agent cases (``tests/chaos``).
 """
