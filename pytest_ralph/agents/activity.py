@@ -71,7 +71,8 @@ class ActivitySnapshot:
         turns: model turns (``None``: the stream does not say).
         tool_calls: tool calls started (``None`` for the ``plain`` format).
         last_tool: the last tool's name (``Bash``, ``Edit``; ``""``: none yet).
-        last_target: its file, command or query, on one line, cut to :data:`TARGET_CHARS`.
+        last_target: its file, command or query, on one line, cut to :data:`TARGET_CHARS`
+            (a file keeps its end).
         input_tokens, output_tokens: tokens so far, when the stream says.
         cost_usd: US dollars so far, when the stream says.
     """
@@ -110,10 +111,19 @@ class ActivitySnapshot:
         return ", ".join(parts)
 
 
-def _one_line(value: object) -> str:
+#: The tool-call argument keys that name a file: cut from the left, keeping the file's name.
+_PATH_KEYS = frozenset({"file_path", "path", "notebook_path", "filePath", "absolute_path"})
+
+
+def _one_line(value: object, *, path: bool = False) -> str:
     """``value`` as text on one line (control characters blanked), cut to
-    :data:`TARGET_CHARS` characters (``...`` marks the cut)."""
+    :data:`TARGET_CHARS` characters (``...`` marks the cut): a command or query keeps its
+    start, a ``path`` its end (``.../project/notes.txt``)."""
     text = value if isinstance(value, str) else ""
+    if path:
+        text = text[-4 * TARGET_CHARS:]
+        flat = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
+        return flat if len(flat) <= TARGET_CHARS else "..." + flat[3 - TARGET_CHARS:]
     flat = " ".join("".join(ch if ch.isprintable() else " " for ch in text[:4 * TARGET_CHARS])
                     .split())
     return flat if len(flat) <= TARGET_CHARS else flat[:TARGET_CHARS - 3] + "..."
@@ -129,7 +139,7 @@ def _target(args: object) -> str:
         if isinstance(value, list):  # codex's command as argv
             value = " ".join(v for v in value if isinstance(v, str))
         if isinstance(value, str) and value.strip():
-            return _one_line(value)
+            return _one_line(value, path=key in _PATH_KEYS)
     return ""
 
 
@@ -234,7 +244,7 @@ class Activity:
             elif item_type == "file_change":
                 changes = _get(item, "changes")
                 first = changes[0] if isinstance(changes, list) and changes else None
-                name, target = "edit", _one_line(_get(first, "path"))
+                name, target = "edit", _one_line(_get(first, "path"), path=True)
             elif item_type == "mcp_tool_call":
                 name, target = (_text(_get(item, "tool")) or "mcp tool",
                                 _one_line(_get(item, "server")))

@@ -140,3 +140,16 @@ def test_activity_for_picks_the_readers_format() -> None:
     assert activity_for(None).fmt == "plain"
     with pytest.raises(ValueError, match="expected one of plain"):
         Activity("nope")
+
+
+def test_a_long_file_target_keeps_its_name_and_a_long_command_its_start() -> None:
+    long_dir = "/tmp/" + "d" * 120
+    act = _feed("claude", _assistant("m1", {"type": "tool_use", "id": "t1", "name": "Edit",
+                                            "input": {"file_path": f"{long_dir}/notes.txt"}}))
+    target = act.snapshot().last_target
+    assert len(target) == 80 and target.startswith("...") and target.endswith("d/notes.txt")
+    act.feed(json.dumps(_assistant("m2", {"type": "tool_use", "id": "t2", "name": "Bash",
+                                          "input": {"command": "pytest -q " + "x" * 120}}
+                                   )).encode())
+    target = act.snapshot().last_target
+    assert len(target) == 80 and target.startswith("pytest -q x") and target.endswith("...")
