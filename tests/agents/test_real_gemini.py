@@ -111,7 +111,7 @@ def gemini_env(gemini_bin: Path, server: GeminiServer, tmp_path_factory: pytest.
     executable on it)."""
     home = tmp_path_factory.mktemp("home")
     write_settings(home)
-    env = offline_env(server.url, home, BIN_DIR)
+    env = offline_env(server.url, home, BIN_DIR, tmp=tmp_path_factory.mktemp("tmpdir"))
     assert shutil.which("gemini", path=env["PATH"]) == str(BIN_DIR / "gemini")
     monkeypatch.setenv("PATH", env["PATH"])
     return env
@@ -235,6 +235,8 @@ def test_http_500_is_an_api_error(gemini_env: dict[str, str], server: GeminiServ
         run.detail
     assert server.statuses() == [500]  # general.maxAttempts = 1: one attempt
     assert run.duration < 15
+    # The CLI's error report went to TMPDIR, not the project.
+    assert list(Path(gemini_env["TMPDIR"]).glob("gemini-client-error-*.json")), log_text(run)
 
 
 def test_http_429_is_a_rate_limit_with_its_retry_time(gemini_env: dict[str, str],
@@ -390,6 +392,7 @@ def test_loop_completes_confined(pytester: pytest.Pytester,
     try:
         (home / "notes.txt").write_text("mine\n")  # a file of the user's
         monkeypatch.setenv("HOME", str(home))
+        monkeypatch.delenv("TMPDIR")  # the sandbox's /tmp is private: the CLI's default
         cli_home = home / "gemini-cli-home" if moved else home
         gemini_home = write_settings(cli_home)
         if moved:

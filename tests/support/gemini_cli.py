@@ -53,15 +53,20 @@ def write_settings(home: Path, *, max_attempts: int = 1) -> Path:
     return folder
 
 
-def offline_env(base_url: str, home: Path, bin_dir: Path) -> dict[str, str]:
+def offline_env(base_url: str, home: Path, bin_dir: Path,
+                tmp: Path | None = None) -> dict[str, str]:
     """The variables (to add to the process environment) that run the pinned CLI offline
     against ``base_url`` (the scripted server's root, e.g. ``http://127.0.0.1:40123``):
     ``GOOGLE_GEMINI_BASE_URL``, a dummy ``GEMINI_API_KEY``, ``HOME`` (a folder outside the
     project holding :func:`write_settings`' settings), ``PATH`` starting with ``bin_dir``
-    (the folder holding only ``gemini``), :data:`CLEARED` set to empty, and ``NO_COLOR``."""
+    (the folder holding only ``gemini``), :data:`CLEARED` set to empty, ``NO_COLOR``, and
+    with ``tmp`` ``TMPDIR``: where the CLI writes the ``gemini-client-error-*.json`` report
+    of each API error (``/tmp`` otherwise)."""
     rest = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and d != str(bin_dir)]
     env = {name: "" for name in CLEARED}
     env.update({"GOOGLE_GEMINI_BASE_URL": base_url, "GEMINI_API_KEY": "test-key",
                 "HOME": os.fspath(home), "PATH": os.pathsep.join([os.fspath(bin_dir), *rest]),
                 "NO_COLOR": "1"})
+    if tmp is not None:
+        env["TMPDIR"] = os.fspath(tmp)
     return env
