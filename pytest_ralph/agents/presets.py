@@ -28,6 +28,7 @@ codex         ``codex exec --json --skip-git-repo-check``                       
 aider         ``aider --yes-always --no-pretty --message-file {prompt_file}``         file
               ``--no-auto-commits --no-dirty-commits --no-check-update --no-analytics``
 gemini        ``gemini --output-format stream-json --approval-mode=yolo``             stdin
+              ``--skip-trust``
 opencode      ``opencode run --format json --auto``                                   stdin
 amp           ``amp --dangerously-allow-all --stream-json --execute``                 stdin
 goose         ``goose run --output-format stream-json --instructions -``              stdin
@@ -307,10 +308,11 @@ offline against a scripted Anthropic Messages server through litellm's
 GEMINI = Preset(
     name="gemini",
     executable="gemini",
-    flags=("--output-format", "stream-json", "--approval-mode=yolo"),
+    flags=("--output-format", "stream-json", "--approval-mode=yolo", "--skip-trust"),
     prompt_via="stdin",
     docs=(
         "https://geminicli.com/docs/cli/headless/",
+        "https://geminicli.com/docs/cli/trusted-folders/#headless-and-automated-environments",
         "https://github.com/google-gemini/gemini-cli/blob/main/docs/cli/headless.md",
         "https://github.com/google-gemini/gemini-cli/blob/main/docs/cli/cli-reference.md",
         "https://geminicli.com/docs/cli/tutorials/automation",
@@ -326,9 +328,19 @@ Headless mode starts when stdin is not a terminal (``echo "Summarize this" | gem
 piped text is the prompt. ``--output-format stream-json`` prints JSONL events (``init``,
 ``message``, ``tool_use``, ``tool_result``, ``error``, ``result`` with ``status`` and
 ``stats``). ``--approval-mode=yolo`` auto-approves every tool (``--yolo`` is deprecated).
+``--skip-trust`` trusts the working folder for this run only (as
+``GEMINI_CLI_TRUST_WORKSPACE=true`` does; trusted-folders docs): without it Gemini CLI
+0.61.0 refuses to run headless in a folder the user never trusted (stderr ``Gemini CLI is
+not running in a trusted directory. To proceed, either use --skip-trust, ...``, exit
+status 55) and would turn yolo back into ``default`` approvals there.
 ``--output-format json`` is not read: it prints one pretty-printed object over many lines.
-Exit codes (headless.md): 0 success, 1 general error, 41 authentication, 42 input,
-52 configuration, 53 turn limit, 54 fatal tool error, 130 cancelled.
+
+Exit statuses observed with Gemini CLI 0.61.0 (the docs' 41/42/52/53/54 list is not what
+an API error gives): 0 success; 55 untrusted folder; after an API error the HTTP status mod
+256 (173 for a 429, 244 for a 500), the ``result`` event then having ``status: "error"``
+and an ``[API Error: ...]`` message; 1 other errors. Its retries (``general.maxAttempts``
+in ``~/.gemini/settings.json``, default 10, with back-off) took 270-320 s per failing run
+at the defaults.
 """
 
 OPENCODE = Preset(

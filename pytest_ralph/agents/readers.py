@@ -341,34 +341,87 @@ class CodexReader:
         return Verdict("api-error", _one_line(self._error), **metrics)
 
 
-#: A rate limit in a Gemini CLI result error: HTTP 429 / ``RESOURCE_EXHAUSTED`` as the CLI
-#: formats the API error (``[API Error: ... "code": 429 ... "RESOURCE_EXHAUSTED" ...]``, see
-#: https://github.com/google-gemini/gemini-cli/issues/1088), searched only in a message that
-#: starts with that ``[API Error`` prefix; or a quota / rate error type.
-_GEMINI_RATE_LIMIT = re.compile(r"\b429\b|RESOURCE_EXHAUSTED|Too Many Requests")
+#: A rate limit in a Gemini CLI result error, searched only in a message that starts with the
+#: CLI's ``[API Error`` prefix: HTTP 429 / ``RESOURCE_EXHAUSTED`` as older releases formatted
+#: the API error (``[API Error: ... "code": 429 ... "RESOURCE_EXHAUSTED" ...]``, see
+#: https://github.com/google-gemini/gemini-cli/issues/1088) and, seen with Gemini CLI 0.61.0
+#: (which drops the status), the API's quota words (``You exceeded your current quota``,
+#: ``Resource has been exhausted (e.g. check quota).``, ``You have exhausted your daily
+#: quota``) and the CLI's own rate-limit sentences appended to a 429 (``Please wait and try
+#: again later. To increase your limits...`` with an API key, ``Possible quota limitations in
+#: place...`` with Google login).
+_GEMINI_RATE_LIMIT = re.compile(
+    r"\b429\b|RESOURCE_EXHAUSTED|Too Many Requests"
+    r"|exceeded your current quota|Resource has been exhausted|exhausted your (?:daily )?quota"
+    r"|Please wait and try again later\b|Possible quota limitations in place\b",
+    re.IGNORECASE)
 
 #: An error type that names a quota or rate limit (``QuotaExceededError``,
 #: ``RateLimitError``, ``RESOURCE_EXHAUSTED``), not any type containing "rate".
 _GEMINI_LIMIT_TYPE = re.compile(r"quota|rate[ _-]?limit|resource[ _-]?exhausted|too[ _-]?many",
                                 re.IGNORECASE)
 
+#: Gemini CLI 0.61.0 exits with the HTTP status of the API error that ended the run, as an
+#: exit status (mod 256): 429 -> 173, 500 -> 244, 502 -> 246, 503 -> 247, 504 -> 248.
+_GEMINI_EXIT_RATE_LIMIT = 429 % 256
+_GEMINI_EXIT_SERVER_ERROR = {status % 256: status for status in (500, 502, 503, 504)}
+
+#: The retry times in a Gemini CLI 429 message, in the order they are believed: the API's own
+#: ``Please retry in 2.5s`` / ``in 500ms`` (part of its quota message), the CLI's
+#: ``Suggested retry after 2s.`` (the error's ``google.rpc.RetryInfo`` ``retryDelay``, a
+#: protobuf duration such as ``"2s"``, or the CLI's guess of ``60s`` for a per-minute quota
+#: without one), then a generic ``retry after 30s`` (all seen with Gemini CLI 0.61.0).
+_GEMINI_RETRY = (
+    re.compile(r"\bPlease retry in\s+(\d{1,9}(?:\.\d{1,9})?)\s?(ms|s)\b", re.IGNORECASE),
+    re.compile(r"\bSuggested retry after\s+(\d{1,9}(?:\.\d{1,9})?)\s?(ms|s)\b",
+               re.IGNORECASE),
+    re.compile(r"\bretry after\s+(\d{1,9}(?:\.\d{1,9})?)\s?(ms|s)\b", re.IGNORECASE),
+)
+
+
+def _gemini_retry_after(text: str) -> float | None:
+    """Seconds from the first of :data:`_GEMINI_RETRY` found in ``text``, else from
+    ``Please try again in Ns``; ``None`` when none is there."""
+    for pattern in _GEMINI_RETRY:
+        match = pattern.search(text)
+        if match:
+            seconds = float(match.group(1))
+            return seconds / 1000 if match.group(2).lower() == "ms" else seconds
+    return _retry_after(text)
+
 
 class GeminiReader(_LastResult):
     """Reads Gemini CLI ``--output-format stream-json`` events (types.ts)::
 
         {"type": "result", "status": "success" | "error",
-         "error": {"type": "...", "message": "..."},
+         "error": {"type": "unknown", "message": "[API Error: ...]"},
          "stats": {"input_tokens": 50, "output_tokens": 50, "tool_calls": 2, ...}}
 
-    The last ``result`` with ``status: "error"`` gives ``api-error`` (``rate-limited`` for HTTP
-    429 / ``RESOURCE_EXHAUSTED`` / a quota error type). ``error`` events are documented as
+    The last ``result`` with ``status: "error"`` gives ``api-error``, or ``rate-limited``
+    when its ``[API Error ...]`` message has a rate-limit word (:data:`_GEMINI_RATE_LIMIT`),
+    its error type names a quota, or the exit status is 173 (429 mod 256), with the retry time
+    of ``Please retry in 2s`` / ``Suggested retry after 2s`` (:func:`_gemini_retry_after`).
+    Without a result event, exit status 173 still gives ``rate-limited`` and 244/246/247/248
+    (HTTP 500/502/503/504 mod 256) ``api-error``. ``error`` events are documented as
     non-fatal and are not read. The CLI reports no cost and no turn count.
+
+    Observed with Gemini CLI 0.61.0 against a scripted server: an HTTP 500 ends the run with
+    ``[API Error: {"error":{"code":500,...}}]`` and exit status 244; an HTTP 429 with the
+    API's quota message and a ``RetryInfo`` of ``2s`` ends it with ``[API Error: You exceeded
+    your current quota, ... Please retry in 2s. Suggested retry after 2s.] Please wait and
+    try again later. ...`` and exit status 173; the error type is ``"unknown"`` for both.
     """
 
     def verdict(self, exit_code: int | None, stderr_tail: Sequence[str]) -> Verdict:
-        """The verdict of the last result event; ``Verdict(None)`` when there was none."""
+        """The verdict of the last result event, else of the exit status; ``Verdict(None)``
+        when neither says anything."""
         event = self._result
         if event is None:
+            if exit_code == _GEMINI_EXIT_RATE_LIMIT:
+                return Verdict("rate-limited", f"exit status {exit_code} (HTTP 429 mod 256)")
+            if exit_code in _GEMINI_EXIT_SERVER_ERROR:
+                status = _GEMINI_EXIT_SERVER_ERROR[exit_code]
+                return Verdict("api-error", f"exit status {exit_code} (HTTP {status} mod 256)")
             return Verdict(None)
         metrics: dict[str, Any] = {
             "input_tokens": _count(_get(event, "stats", "input_tokens")),
@@ -382,9 +435,11 @@ class GeminiReader(_LastResult):
         # Only the CLI's own API-error text (it starts with "[API Error"), never other error
         # messages: a tool error can quote test output that mentions a 429.
         api_error = message.lstrip("[").startswith("API Error")
-        if (api_error and _GEMINI_RATE_LIMIT.search(message)) or _GEMINI_LIMIT_TYPE.search(
-                error_type):
-            return Verdict("rate-limited", detail, retry_after=_retry_after(message), **metrics)
+        if (api_error and (_GEMINI_RATE_LIMIT.search(message)
+                           or exit_code == _GEMINI_EXIT_RATE_LIMIT)) \
+                or _GEMINI_LIMIT_TYPE.search(error_type):
+            return Verdict("rate-limited", detail, retry_after=_gemini_retry_after(message),
+                           **metrics)
         return Verdict("api-error", detail, **metrics)
 
 

@@ -90,6 +90,12 @@ CLI_STATE_ENV: dict[str, tuple[str, str]] = {
     "gemini": ("GEMINI_CLI_HOME", ".gemini"),
 }
 
+#: The folder inside a moving variable's folder that holds the state, where the variable
+#: names a home rather than the state folder itself: ``GEMINI_CLI_HOME`` replaces the home
+#: folder and the state is ``$GEMINI_CLI_HOME/.gemini`` (Gemini CLI's configuration docs;
+#: seen with 0.61.0), so only that sub-folder is made writable, never the whole home.
+CLI_STATE_ENV_INSIDE: dict[str, str] = {"gemini": ".gemini"}
+
 
 class SandboxError(Exception):
     """``ralph_sandbox = required`` and bubblewrap cannot confine a command here. The message
@@ -369,7 +375,8 @@ def cli_state_paths(preset: str | None, env: Mapping[str, str] | None = None,
     out: list[Path] = []
     for rel in CLI_STATE_PATHS[preset]:
         if moved is not None and rel == moved[1] and env.get(moved[0], "").strip():
-            out.append(Path(env[moved[0]]).expanduser())
+            inside = CLI_STATE_ENV_INSIDE.get(preset, "")
+            out.append(Path(env[moved[0]]).expanduser() / inside)
         else:
             out.append(base / rel)
     return out

@@ -88,7 +88,8 @@ EXPECTED_ARGV = {
               "--dangerously-bypass-approvals-and-sandbox", "-"],
     "aider": ["aider", "--yes-always", "--no-pretty", "--message-file", "{prompt_file}",
               "--no-auto-commits", "--no-dirty-commits", "--no-check-update", "--no-analytics"],
-    "gemini": ["gemini", "--output-format", "stream-json", "--approval-mode=yolo"],
+    "gemini": ["gemini", "--output-format", "stream-json", "--approval-mode=yolo",
+               "--skip-trust"],
     "opencode": ["opencode", "run", "--format", "json", "--auto"],
     "amp": ["amp", "--dangerously-allow-all", "--stream-json", "--execute"],
     "goose": ["goose", "run", "--output-format", "stream-json", "--instructions", "-"],
@@ -863,9 +864,15 @@ elif name == "aider":
     print("Applied edit to hello.py")
 elif name == "gemini":
     opts, pos = parse({"--output-format": "value", "-o": "value", "--approval-mode": "value",
-                       "--yolo": "flag", "-y": "flag", "-m": "value", "--model": "value"})
+                       "--yolo": "flag", "-y": "flag", "-m": "value", "--model": "value",
+                       "--skip-trust": "flag"})
     if pos:
         fail("fake gemini: positional prompts start interactive mode")
+    if "--skip-trust" not in opts and os.environ.get("GEMINI_CLI_TRUST_WORKSPACE") != "true":
+        # Gemini CLI 0.61.0 in a folder the user never trusted.
+        fail("Gemini CLI is not running in a trusted directory. To proceed, either use "
+             "`--skip-trust`, set the `GEMINI_CLI_TRUST_WORKSPACE=true` environment variable, "
+             "or trust this directory in interactive mode.", 55)
     if opts.get("--approval-mode") not in (None, "default", "auto_edit", "yolo", "plan"):
         fail("Invalid values: Argument: approval-mode", 42)
     got(sys.stdin.buffer.read())

@@ -718,14 +718,15 @@ def test_cli_state_paths_of_each_preset(preset: str, tmp_path: Path) -> None:
         tmp_path / rel for rel in STATE_OF_EACH_PRESET[preset]]
 
 
-@pytest.mark.parametrize(("preset", "variable", "replaced"), [
-    ("claude", "CLAUDE_CONFIG_DIR", ".claude"), ("codex", "CODEX_HOME", ".codex"),
-    ("gemini", "GEMINI_CLI_HOME", ".gemini")])
+@pytest.mark.parametrize(("preset", "variable", "replaced", "inside"), [
+    ("claude", "CLAUDE_CONFIG_DIR", ".claude", ""), ("codex", "CODEX_HOME", ".codex", ""),
+    # GEMINI_CLI_HOME replaces the home folder: the state is its .gemini, not all of it.
+    ("gemini", "GEMINI_CLI_HOME", ".gemini", ".gemini")])
 def test_cli_state_paths_follow_the_variable_that_moves_the_state(
-        preset: str, variable: str, replaced: str, tmp_path: Path) -> None:
+        preset: str, variable: str, replaced: str, inside: str, tmp_path: Path) -> None:
     moved = tmp_path / "moved"
     got = cli_state_paths(preset, {"HOME": str(tmp_path), variable: str(moved)})
-    assert got == [moved if rel == replaced else tmp_path / rel
+    assert got == [moved / inside if rel == replaced else tmp_path / rel
                    for rel in STATE_OF_EACH_PRESET[preset]]
     # A blank value moves nothing.
     assert cli_state_paths(preset, {"HOME": str(tmp_path), variable: " "}) == [
