@@ -74,6 +74,7 @@ __all__ = [
     "HOOK_TIMEOUT",
     "PLUGIN_HOOK_COMMAND",
     "SLOW_HOOK_SECONDS",
+    "DoctorReport",
     "Executable",
     "HookRun",
     "doctor",
@@ -143,26 +144,38 @@ class HookRun:
 
 
 @dataclass
-class _Report:
-    """The lines of a doctor run and whether any is a problem."""
+class DoctorReport:
+    """The lines of a doctor run (this module's and
+    :mod:`pytest_ralph.commands.agent_doctor`'s) and how many are problems.
+
+    Attributes:
+        lines: the text, one line per finding: ``ok: ...``, ``problem: ... (fix)``,
+            ``warning: ...``, ``skipped: ...``, after whatever header the caller added.
+        problems: the number of problem lines.
+        checks: the number of ok and problem lines.
+    """
 
     lines: list[str] = field(default_factory=list)
     problems: int = 0
     checks: int = 0
 
     def ok(self, text: str) -> None:
+        """An ``ok:`` line (a check that passed)."""
         self.checks += 1
         self.lines.append(f"ok: {text}")
 
     def problem(self, text: str, fix: str = "") -> None:
+        """A ``problem:`` line, with ``(fix)`` after it when given."""
         self.checks += 1
         self.problems += 1
         self.lines.append(f"problem: {text}" + (f" ({fix})" if fix else ""))
 
     def warning(self, text: str) -> None:
+        """A ``warning:`` line (worth knowing; not counted as a check)."""
         self.lines.append(f"warning: {text}")
 
     def skipped(self, text: str) -> None:
+        """A ``skipped:`` line (a check that could not run)."""
         self.lines.append(f"skipped: {text}")
 
 
@@ -193,7 +206,7 @@ def doctor(rootdir: Path, *, timeout: float = HOOK_TIMEOUT) -> tuple[int, str]:
         become problem lines.
     """
     root = Path(os.path.abspath(rootdir))
-    rep = _Report()
+    rep = DoctorReport()
     rep.lines.append(f"pytest-ralph doctor: {root}")
     env = _hook_env(root)
     for command in _check_settings(rep, root):
@@ -210,7 +223,7 @@ def doctor(rootdir: Path, *, timeout: float = HOOK_TIMEOUT) -> tuple[int, str]:
 # -- settings ----------------------------------------------------------------------------------
 
 
-def _check_settings(rep: _Report, root: Path) -> list[str]:
+def _check_settings(rep: DoctorReport, root: Path) -> list[str]:
     """Checks 1 and 2; returns the distinct commands of our Stop handlers (from both project
     settings files, or the plugin's when only the plugin provides the hook)."""
     main = root / ".claude" / "settings.json"
@@ -284,7 +297,7 @@ def _check_settings(rep: _Report, root: Path) -> list[str]:
     return list(dict.fromkeys(str(h.handler.get("command")) for h in ours))
 
 
-def _check_handler(rep: _Report, h: _Handler) -> None:
+def _check_handler(rep: DoctorReport, h: _Handler) -> None:
     """Type and timeout of one of our handlers."""
     command = h.handler.get("command")
     kind = h.handler.get("type")
@@ -330,7 +343,7 @@ def _suggested_command() -> str:
 # -- the command -------------------------------------------------------------------------------
 
 
-def _check_command(rep: _Report, command: str, root: Path, env: Mapping[str, str],
+def _check_command(rep: DoctorReport, command: str, root: Path, env: Mapping[str, str],
                    timeout: float) -> None:
     """Checks 3 and 4 for one distinct hook command."""
     try:
@@ -590,7 +603,7 @@ def _clip(text: str, limit: int = 200) -> str:
 # -- the arming file ---------------------------------------------------------------------------
 
 
-def _check_arming(rep: _Report, root: Path) -> None:
+def _check_arming(rep: DoctorReport, root: Path) -> None:
     """Check 5: the arming file, if any, and the run it names."""
     marker = root / MARKER
     if not marker.exists():

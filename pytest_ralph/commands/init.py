@@ -521,7 +521,25 @@ def render(done: Plan, rootdir: Path, *, driver: str | None = None) -> str:
     elif done.writes:
         lines.append(f"next: describe your work in {done.prd}, check it with `pytest "
                      f"{done.prd}` (the gate: one test per criterion), then run the loop: "
-                     "`pytest --ralph --ralph-agent claude` (or another agent)")
+                     "`pytest --ralph --ralph-agent claude` (or another agent)"
+                     f"{_unattended_note('claude')}")
     else:
         lines.append("nothing to do: every file and value is already there")
     return "\n".join(lines)
+
+
+def _unattended_note(preset: str) -> str:
+    """What preset ``preset`` runs unattended, for the "next:" line: ``"; it runs claude with
+    `--dangerously-skip-permissions`, which lets it ..."``, or ``""`` when its argv carries no
+    flag of :data:`pytest_ralph.agents.unattended.UNATTENDED`."""
+    from ..agents.presets import PRESETS
+    from ..agents.unattended import unattended_flags
+
+    found = unattended_flags(PRESETS[preset].argv())
+    if not found:
+        return ""
+    flags = " and ".join(f"`{u.flag}`" for u in found)
+    return (f"; it runs {preset} with {flags}, which lets it {found[0].grants}: the loop's "
+            "sandbox confines it to the project folder where bubblewrap works "
+            "(`--ralph-sandbox required` insists; off, nothing confines it), and `pytest "
+            f"--ralph-doctor --ralph-agent {preset}` checks the CLI first")

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, TextIO
 from ..agents.activity import activity_for
 from ..agents.presets import reader_for, resolve_agent
 from ..agents.run import AgentCommandError, AgentRun, render_argv, resolve_executable, run_agent
+from ..agents.unattended import unattended_flags
 from ..checks.results import CheckResults, CriterionResult
 from ..checks.verifier import VERIFIER_KIND
 from ..oracle.importguard import guarded
@@ -213,6 +214,25 @@ class Loop:
                 f"private /tmp" + "".join(f", {x}" for x in extra) + f"; read-only: the rest, "
                 f"the state folder {shown_path(self.settings.dir, self.rootdir)}; network on)")
 
+    def unattended_lines(self, argv: list[str]) -> list[str]:
+        """One line per flag of ``argv`` that turns off the agent's own permission prompts or
+        sandbox (:func:`pytest_ralph.agents.unattended.unattended_flags`): the flag, what it
+        lets the agent do, and whether the loop's sandbox confines it; none for an argv
+        without such a flag.
+
+        Raises:
+            LoopUsageError: as :attr:`sandbox`.
+        """
+        sb = self.sandbox
+        where = (f"the loop's sandbox ({sb.version or 'bubblewrap'}) confines it to the "
+                 "project folder: it writes only there and in the paths listed above"
+                 if sb.confined else
+                 f"the loop's sandbox is off ({sb.reason}), so nothing confines it to the "
+                 "project folder: it can do this anywhere you can (`--ralph-sandbox required` "
+                 "refuses to run unconfined)")
+        return [f"pytest-ralph: unattended: `{u.flag}` lets {u.cli} {u.grants}; {where}"
+                for u in unattended_flags(argv)]
+
     def _agent_confinement(self, argv: list[str]) -> Confinement:
         """What an agent run of ``argv`` may write (see
         :func:`pytest_ralph.sandbox.bwrap.agent_confinement`)."""
@@ -278,6 +298,8 @@ class Loop:
                 "not run: the prompt below covers every criterion of the selected stories."
                 if eng.selection() else "")
         eng.say(f"pytest-ralph: {self.confinement_line()}")
+        for line in self.unattended_lines(argv):
+            eng.say(line)
         for line in self.banner:
             eng.say(line)
         eng.say(f"pytest-ralph dry run: PRD {prd.path}; nothing is run or written.{note}\n"
@@ -304,6 +326,8 @@ class Loop:
         """
         prd, argv = self.prepare()
         self.engine.say(f"pytest-ralph: {self.confinement_line()}")
+        for line in self.unattended_lines(argv):
+            self.engine.say(line)
         for line in self.banner:
             self.engine.say(line)
         state = StateDir(self.settings.dir)

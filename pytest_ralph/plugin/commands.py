@@ -24,6 +24,7 @@ import pytest
 from ..util.env import CONTROLLER_ENV
 from .options import (
     child_args,
+    command_line_options,
     given_command,
     loop_flag,
     positional_prd,
@@ -171,7 +172,9 @@ def command(config: pytest.Config, flag: str) -> tuple[int, str]:
 
     ``--ralph-init`` scaffolds the project (:mod:`pytest_ralph.commands.init`; a malformed
     configuration file is exit 4, nothing written), then, with ``--ralph-driver claude``,
-    arms a Claude Code run.
+    arms a Claude Code run. ``--ralph-doctor`` checks the Claude Code wiring
+    (:mod:`pytest_ralph.commands.doctor`), or with ``--ralph-agent NAME`` typed on the command
+    line the preset's CLI (:func:`agent_doctor`).
 
     The options were checked by :func:`pytest_ralph.plugin.options.refuse_with_command` first.
     """
@@ -199,6 +202,8 @@ def command(config: pytest.Config, flag: str) -> tuple[int, str]:
                           pythonpath=tuple(Path(p) for p in ini_pythonpath(config)))
         return code, f"{render(done, config.rootpath, driver=driver)}\n{armed}"
     if flag == "--ralph-doctor":
+        if getattr(command_line_options(config), "ralph_agent", None):
+            return agent_doctor(config, settings)
         from ..commands.doctor import doctor
 
         return doctor(config.rootpath)
@@ -206,6 +211,21 @@ def command(config: pytest.Config, flag: str) -> tuple[int, str]:
     from ..commands.status import status
 
     return cancel(settings.dir) if flag == "--ralph-cancel" else status(settings.dir)
+
+
+def agent_doctor(config: pytest.Config, settings: Settings) -> tuple[int, str]:
+    """``--ralph-doctor --ralph-agent NAME`` (:mod:`pytest_ralph.commands.agent_doctor`): the
+    preset's CLI against its proven release, with ``ralph_agent_flags`` when set; a name that
+    is no preset is exit 4 (:data:`pytest_ralph.loop.records.EXIT_USAGE`) with a message."""
+    from ..commands.agent_doctor import AgentDoctorUsage
+    from ..commands.agent_doctor import agent_doctor as check
+    from ..loop.records import EXIT_USAGE
+
+    try:
+        return check(settings.agent or "", rootdir=config.rootpath, flags=settings.agent_flags,
+                     flags_source=settings.sources.get("agent_flags", "ralph_agent_flags"))
+    except AgentDoctorUsage as exc:
+        return EXIT_USAGE, f"pytest-ralph: {exc}"
 
 
 def ini_pythonpath(config: pytest.Config) -> list[str]:

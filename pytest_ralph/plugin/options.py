@@ -90,8 +90,10 @@ def add_options(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager
                          "scaffolds (the loop is then `pytest --ralph`). (default: none)")
     group.addoption("--ralph-doctor", action="store_true", default=False,
                     help="Check the Claude Code wiring: the Stop hook command in "
-                         ".claude/settings.json exists and answers a sample payload. "
-                         "(default: off)")
+                         ".claude/settings.json exists and answers a sample payload. With "
+                         "--ralph-agent PRESET, check that preset's CLI instead: on PATH, "
+                         "its version against the proven release, every flag the preset "
+                         "passes in its --help. (default: off)")
     group.addoption("--ralph-report", action="store", default=None, metavar="PATH",
                     help="Also write a Markdown report to PATH (replaced): the gate's summary "
                          "(per story verified / claimed / failed, the failing criteria, the "

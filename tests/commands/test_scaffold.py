@@ -688,3 +688,17 @@ def test_an_existing_prd_that_does_not_load_is_kept_and_noted(tmp_path: Path) ->
     assert note.startswith("prd.json does not load (1 problem; the first: ")
     assert note.endswith("fix it before the gate or the loop: `pytest prd.json` lists every "
                          "problem")
+
+
+@pytest.mark.usefixtures("clean")
+def test_ralph_init_next_line_says_what_the_claude_preset_runs_unattended(
+        pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--ralph-init")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    [line] = [x for x in result.stdout.lines if x.startswith("next: ")]
+    assert line.endswith(
+        "`pytest --ralph --ralph-agent claude` (or another agent); it runs claude with "
+        "`--dangerously-skip-permissions`, which lets it approve every tool (edit any file, run "
+        "any command) without asking: the loop's sandbox confines it to the project folder "
+        "where bubblewrap works (`--ralph-sandbox required` insists; off, nothing confines "
+        "it), and `pytest --ralph-doctor --ralph-agent claude` checks the CLI first"), line

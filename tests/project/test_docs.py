@@ -113,6 +113,38 @@ def test_every_link_leads_somewhere(page: str) -> None:
             assert anchor in {_anchor(h) for h in headings}, f"{page}: {link}"
 
 
+def _presets_table() -> dict[str, dict[str, str]]:
+    """The presets table of docs/loop.md ("### Presets"): preset name -> column -> cell."""
+    text = (DOCS / "loop.md").read_text(encoding="utf-8")
+    section = text[text.index("\n### Presets\n"):]
+    lines = section.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows: list[str] = []
+    for line in lines[first:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    head = [c.strip() for c in rows[0].strip("|").split("|")]
+    table: dict[str, dict[str, str]] = {}
+    for row in rows[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        table[cells[0].strip("`")] = dict(zip(head, cells, strict=True))
+    return table
+
+
+def test_the_presets_table_shows_the_release_each_preset_was_proven_with() -> None:
+    from pytest_ralph.agents.presets import PRESETS
+    from pytest_ralph.agents.proven import PROVEN, UNVERIFIED
+
+    table = _presets_table()
+    assert set(table) == set(PRESETS)
+    assert set(PROVEN) | set(UNVERIFIED) == set(PRESETS)
+    for name, row in table.items():
+        pin = PROVEN.get(name)
+        expected = f"{pin.registry} `{pin.package}` {pin.version}" if pin else "unverified"
+        assert row["proven with"] == expected, (name, row)
+
+
 def test_the_harness_reads_every_kind_of_mark(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text("\n".join([
