@@ -39,7 +39,7 @@ from typing import TextIO
 
 from ..agents.run import AgentRun
 from ..loop.engine import RunEngine
-from ..loop.gitdiff import tree_snapshot
+from ..loop.gitdiff import work_mark
 from ..loop.prompt import pick_story
 from ..loop.records import (
     EXIT_COMPLETE,
@@ -560,8 +560,9 @@ class _Driver:
         return self._block(run, state, promise_missing)
 
     def _set_turn(self, run: RunRecord) -> None:
-        """Record that the session's next turn starts now, with the git tree as it is."""
-        self.engine.history.set_turn(run.run_dir.id, _now(), tree_snapshot(self.rootdir))
+        """Record that the session's next turn starts now, with the git tree and ``HEAD`` as
+        they are (:func:`pytest_ralph.loop.gitdiff.work_mark`)."""
+        self.engine.history.set_turn(run.run_dir.id, _now(), work_mark(self.rootdir))
         self.engine.history_written()
 
     def _unstop(self, run: RunRecord) -> None:

@@ -60,7 +60,7 @@ from ..util.text import now as _now
 from .breaker import Breaker, Cursor
 from .budget import Budget
 from .escalation import escalate
-from .gitdiff import config_digest, diff_stat, tree_snapshot
+from .gitdiff import commit_moves, config_digest, diff_stat, tree_of, work_mark
 from .guard import OracleGuard
 from .hooks import HookError, LoopHooks
 from .live import LiveView
@@ -390,9 +390,9 @@ class RunEngine:
         return story, prompt
 
     def tree(self) -> str | None:
-        """The project's git tree now, to hand to :meth:`conclude` in a :class:`Turn` (see
-        :func:`pytest_ralph.loop.gitdiff.tree_snapshot`; ``None``: unknown)."""
-        return tree_snapshot(self.rootdir, self.git_trust)
+        """The project's git tree and ``HEAD`` now, to hand to :meth:`conclude` in a
+        :class:`Turn` (see :func:`pytest_ralph.loop.gitdiff.work_mark`; ``None``: unknown)."""
+        return work_mark(self.rootdir, self.git_trust)
 
     def conclude(self, run: RunRecord, state: StateDir, phase: CheckPhaseConfig,
                  cur: Cursor, turn: Turn) -> int | None:
@@ -409,10 +409,18 @@ class RunEngine:
                       "this run (it could run a command the agent configured), so the next "
                       "prompts show no diff")
             self.git_trust = "changed"
-        after = tree_snapshot(self.rootdir, self.git_trust) if before is not None else None
-        self._git = after is not None
+        after = work_mark(self.rootdir, self.git_trust) if before is not None else None
         diff = diff_stat(self.rootdir, before, after, trust=self.git_trust) \
             if before and after else ""
+        # Known: the diff stat, or two equal trees. Two trees that differ without a diff stat
+        # (an agent's `git gc --prune=now` took the first one away) are unknown, never "no
+        # file changed".
+        self._git = after is not None and (bool(diff) or tree_of(before) == tree_of(after))
+        moved = commit_moves(self.rootdir, before, after, self.git_trust)
+        if moved:
+            moved = self.redactor.text(moved)
+            diff = f"{diff}\n{moved}" if diff else (
+                f"{NO_CHANGE}\n{moved}" if self._git else moved)
         # The oracle as the agent's turn left it, before anything runs that could put it back
         # (a conftest.py that deletes itself when the check is over, say); and after the phase.
         ahead = self._guard.changes(run, phase)

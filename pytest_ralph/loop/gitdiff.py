@@ -11,8 +11,13 @@ weeks by default).
 
 :func:`diff_stat` compares two snapshots: ``git diff --stat`` of the two trees, bounded.
 
-The loop takes a snapshot right before the agent runs and one right after; the diff stat of
-the two is "what the last iteration changed" in the next prompt.
+The loop takes a :func:`work_mark` right before the agent runs and one right after: the
+snapshot's tree and the commit ``HEAD`` names. The diff stat of the two trees is "what the
+last iteration changed" in the next prompt; :func:`commit_moves` adds what the agent did to
+``HEAD`` (new commits, or a reset, amend or rebase that left commits off it). Because the
+snapshot is of the working tree, an agent that commits, amends or resets during its turn
+changes nothing in the diff stat: it always compares the files as the turn found and left
+them, whatever ``HEAD`` says.
 
 Scope and rules:
 
@@ -248,6 +253,122 @@ def tree_snapshot(root: Path, trust: str | None = None) -> str | None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def work_mark(root: Path, trust: str | None = None) -> str | None:
+    """The mark of the project as it is now: the :func:`tree_snapshot` id, then a space and
+    the commit id ``HEAD`` names when there is one (``"<tree>"`` in a repository without
+    commits). :func:`diff_stat` and :func:`commit_moves` take two marks.
+
+    Returns:
+        The mark, or ``None`` when :func:`tree_snapshot` gives none. Never raises.
+    """
+    tree = tree_snapshot(root, trust)
+    if tree is None:
+        return None
+    head = _git(root, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+    text = head.decode("ascii", errors="replace").strip() if head else ""
+    return f"{tree} {text}" if _OBJECT_ID.fullmatch(text) else tree
+
+
+def tree_of(mark: str | None) -> str | None:
+    """The tree id of a :func:`work_mark` (a bare tree id is its own mark)."""
+    return mark.split(" ", 1)[0] or None if mark else None
+
+
+def head_of(mark: str | None) -> str | None:
+    """The ``HEAD`` commit id of a :func:`work_mark`; ``None`` when it has none."""
+    parts = mark.split(" ", 1) if mark else []
+    return parts[1] if len(parts) == 2 and _OBJECT_ID.fullmatch(parts[1]) else None
+
+
+#: How the line of :func:`commit_moves` starts (it follows the diff stat in an iteration's
+#: ``diff`` text).
+COMMITS = "commits: "
+
+#: Commits named one by one in :func:`commit_moves`; the rest are counted.
+MOVES_SHOWN = 5
+
+#: Characters of a commit subject shown.
+SUBJECT_CHARS = 72
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def commit_moves(root: Path, before: str | None, after: str | None,
+                 trust: str | None = None) -> str:
+    """What happened to ``HEAD`` between two :func:`work_mark` marks, in one line:
+
+    * ``commits: 2 new: 3f2a1b9 fix add; 9e8d7c6 add tests``: ``HEAD`` moved forward (the
+      agent committed);
+    * ``commits: HEAD moved from 14da30a to a24951c (a reset, amend, rebase or checkout): 1
+      commit is no longer on it: 14da30a add parser (git reflog still has it); 1 new: ...``:
+      ``HEAD`` moved to a commit that does not descend from the old one;
+    * ``commits: the first commit: ...`` in a repository that had none.
+
+    At most :data:`MOVES_SHOWN` commits are named (abbreviated id and subject, cut to
+    :data:`SUBJECT_CHARS` characters, control characters dropped), the others counted.
+
+    Returns:
+        The line, or ``""`` when ``HEAD`` did not move, either mark has no ``HEAD`` after the
+        first commit, git's configuration is not ``trust`` or git fails. Never raises.
+    """
+    old, new = head_of(before), head_of(after)
+    if before is None or after is None or new is None or old == new:
+        return ""
+    if trust is not None and config_digest(root) != trust:
+        return ""
+    off = _filters_off(root)
+    if off is None:
+        return ""
+    if old is None:
+        return COMMITS + "the first commit: " + _listed(root, new, None, off)
+    gone = _count(root, f"{new}..{old}", off)
+    added = _count(root, f"{old}..{new}", off)
+    if gone is None or added is None:
+        return ""
+    if gone == 0:
+        return f"{COMMITS}{added} new: " + _listed(root, new, old, off)
+    short = _short(root, old, off), _short(root, new, off)
+    text = (f"{COMMITS}HEAD moved from {short[0]} to {short[1]} (a reset, amend, rebase or "
+            f"checkout): {gone} commit{'s are' if gone != 1 else ' is'} no longer on it: "
+            f"{_listed(root, old, new, off)} (git reflog still has "
+            f"{'them' if gone != 1 else 'it'})")
+    if added:
+        text += f"; {added} new: " + _listed(root, new, old, off)
+    return text
+
+
+def _count(root: Path, span: str, off: tuple[str, ...]) -> int | None:
+    out = _git(root, "rev-list", "--count", span, "--", config=off)
+    text = out.decode("ascii", errors="replace").strip() if out else ""
+    return int(text) if text.isdigit() else None
+
+
+def _short(root: Path, commit: str, off: tuple[str, ...]) -> str:
+    out = _git(root, "rev-parse", "--short", commit, config=off)
+    text = out.decode("ascii", errors="replace").strip() if out else ""
+    return text or commit[:7]
+
+
+def _listed(root: Path, tip: str, stop: str | None, off: tuple[str, ...]) -> str:
+    """``<id> <subject>; ...`` of the commits reachable from ``tip`` and not from ``stop``,
+    newest first, at most :data:`MOVES_SHOWN` named."""
+    span = [tip] if stop is None else [tip, f"^{stop}"]
+    out = _git(root, "log", "--no-decorate", "--no-color", "--no-show-signature",
+               "--format=%h%x09%s", f"--max-count={MOVES_SHOWN + 1}", *span, "--", config=off)
+    rows = out.decode("utf-8", errors="replace").splitlines() if out else []
+    named = []
+    for row in rows[:MOVES_SHOWN]:
+        commit, _, subject = row.partition("\t")
+        subject = _CONTROL.sub("", subject).strip()
+        if len(subject) > SUBJECT_CHARS:
+            subject = subject[:SUBJECT_CHARS - 3].rstrip() + "..."
+        named.append(f"{commit} {subject}".rstrip())
+    total = _count(root, tip if stop is None else f"{stop}..{tip}", off) or len(rows)
+    if total > len(named):
+        named.append(f"... {total - len(named)} more")
+    return "; ".join(named)
+
+
 def _filters_off(root: Path) -> tuple[str, ...] | None:
     """The ``-c`` settings that turn off every filter driver git's configuration defines for
     ``root`` (``filter.<driver>.clean``, ``.smudge``, ``.process`` emptied, ``.required``
@@ -288,8 +409,9 @@ def _seed(root: Path, user_index: Path, index: Path, off: tuple[str, ...]) -> bo
 def diff_stat(root: Path, before: str | None, after: str | None, max_chars: int = 2000,
               trust: str | None = None) -> str:
     """``git diff --stat`` from tree ``before`` to tree ``after`` (two :func:`tree_snapshot`
-    ids), paths relative to ``root``, at most about ``max_chars`` characters: file lines are
-    dropped from the end, replaced by ``... N more files``, and the summary line
+    ids or :func:`work_mark` marks), paths relative to ``root``, at most about ``max_chars``
+    characters: file lines are dropped from the end, replaced by ``... N more files``, and
+    the summary line
     (``3 files changed, 10 insertions(+), 2 deletions(-)``) is always kept.
 
     Returns:
@@ -297,6 +419,7 @@ def diff_stat(root: Path, before: str | None, after: str | None, max_chars: int 
         ``None``, git's configuration is not ``trust`` (:func:`tree_snapshot`), or git fails.
         Never raises.
     """
+    before, after = tree_of(before), tree_of(after)
     if not before or not after or before == after:
         return ""
     if trust is not None and config_digest(root) != trust:

@@ -19,6 +19,7 @@ from ..checks.results import CheckResults
 from ..oracle.snapshot import Change
 from ..util.redact import Redactor
 from ..util.text import plural
+from .gitdiff import COMMITS
 from .prompt import pick_story
 from .records import IterationRecord, RunRecord
 from .report import Progress, progress_of, why
@@ -118,6 +119,9 @@ def iteration_block(run: RunRecord, rec: IterationRecord, s: Settings,
         nxt = pick_story(run.prd, r, rec.blocked)
         regress += (f"; next: {nxt.id}" if nxt is not None else
                     "; no story left to work on")
+    for row in (rec.diff or "").splitlines():
+        if row.startswith(COMMITS):
+            regress += "\n  Commits: " + row[len(COMMITS):]
     if s.budget is not None or s.max_cost is not None:
         regress += "\n  Budget: " + ", ".join(
             ([f"{max(left or 0, 0):.0f} s of {s.budget:g} s left"] if s.budget else [])
@@ -186,7 +190,10 @@ def progress_entry(run: RunRecord, rec: IterationRecord, s: Settings) -> str:
     for sid, reason in rec.blocked.items():
         lines.append(f"blocked {sid}: {reason}")
     if rec.diff:
-        lines.append("changed: " + "; ".join(rec.diff.strip().splitlines()[-1:]))
+        rows = rec.diff.strip().splitlines()
+        moves = [row for row in rows if row.startswith(COMMITS)]
+        stat = [row.strip() for row in rows if not row.startswith(COMMITS)]
+        lines.append("changed: " + "; ".join(stat[-1:] + moves))
     if not r.complete:
         lines.append(f"streak: {rec.streak}/{s.breaker}; agent-error streak: "
                      f"{rec.error_streak}/{s.agent_errors}")

@@ -74,7 +74,9 @@ class IterationRecord:
         flaky: keys of criteria that failed in this check, then passed when re-checked.
         blocked: stories blocked after it (story id -> why); see
             :mod:`pytest_ralph.loop.escalation`.
-        diff: ``git diff --stat`` of what the iteration changed ("" when unknown).
+        diff: ``git diff --stat`` of what the iteration changed ("" when unknown), then
+            the ``commits:`` line of :func:`pytest_ralph.loop.gitdiff.commit_moves` when the
+            agent committed, amended or reset.
     """
 
     n: int

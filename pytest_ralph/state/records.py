@@ -105,8 +105,9 @@ class StoredDriver:
         adopted: UTC time a session adopted it, or ``None``.
         turn_started: UTC time the hook last blocked a stop (the agent's turn began), or
             ``None``.
-        tree: the git tree id taken at that time (see :func:`pytest_ralph.loop.gitdiff.
-            tree_snapshot`), ``""`` when unknown.
+        tree: the git tree id and ``HEAD`` taken at that time (see
+            :func:`pytest_ralph.loop.gitdiff.work_mark`; a bare tree id from an older
+            version), ``""`` when unknown.
     """
 
     run_id: str
@@ -191,7 +192,9 @@ class StoredIteration:
         flaky: keys that failed, then passed on a re-check.
         changes: the oracle changes seen after it.
         blocked: stories blocked after it (story id -> why).
-        diff_stat: ``git diff --stat`` of what it changed (``""``: unknown or nothing).
+        diff_stat: ``git diff --stat`` of what it changed (``""``: unknown or nothing),
+            then the ``commits:`` line of :func:`pytest_ralph.loop.gitdiff.commit_moves`
+            when the agent moved ``HEAD``.
         results: the check results, criteria in collection order (empty ``criteria`` when
             read with ``with_criteria=False``; ``passing`` and ``total`` stay right).
         agent: its agent run, ``None`` for the baseline.

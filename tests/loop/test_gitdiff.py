@@ -375,3 +375,66 @@ def test_a_project_inside_a_larger_repository_cannot_stand_in_for_it(
     tree = tree_snapshot(project, trust=trust)
     assert tree is not None and not ran.exists()
     assert "lib/util.py" in git(repo, "ls-tree", "-r", "--name-only", tree)
+
+
+# -- work marks and what the agent did to HEAD --------------------------------------------------
+
+
+def test_a_work_mark_is_the_tree_and_head_and_leaves_the_repository_as_it_was(
+        repo: Path) -> None:
+    seen = state(repo)
+    mark = gitdiff.work_mark(repo)
+    assert mark is not None
+    tree, commit = mark.split(" ")
+    assert tree == tree_snapshot(repo) and commit == git(repo, "rev-parse", "HEAD").strip()
+    assert gitdiff.tree_of(mark) == tree and gitdiff.head_of(mark) == commit
+    assert gitdiff.head_of(tree) is None and gitdiff.tree_of(tree) == tree  # an older mark
+    assert state(repo) == seen
+
+
+def test_commits_are_named_newest_first_and_counted_past_five(repo: Path) -> None:
+    before = gitdiff.work_mark(repo)
+    for n in range(7):
+        (repo / "app.py").write_text(f"n = {n}\n")
+        git(repo, "commit", "-q", "-a", "-m", f"step {n}")
+    line = gitdiff.commit_moves(repo, before, gitdiff.work_mark(repo))
+    ids = git(repo, "log", "--format=%h", "-7").split()
+    assert line == ("commits: 7 new: " + "; ".join(
+        f"{ids[k]} step {6 - k}" for k in range(5)) + "; ... 2 more"), line
+    # The files' diff is the same whatever the commits: the working tree before and after.
+    assert diff_stat(repo, before, gitdiff.work_mark(repo)).splitlines()[0].startswith(" app.py")
+
+
+def test_a_subject_is_cut_and_loses_its_control_characters(repo: Path) -> None:
+    before = gitdiff.work_mark(repo)
+    (repo / "app.py").write_text("x\n")
+    git(repo, "commit", "-q", "-a", "-m", "fix \x1b[31mred\x1b[0m " + "y" * 100)
+    line = gitdiff.commit_moves(repo, before, gitdiff.work_mark(repo))
+    subject = line.split(" ", 4)[4]
+    assert "\x1b" not in line and subject.startswith("fix [31mred[0m y")
+    assert len(subject) == gitdiff.SUBJECT_CHARS and subject.endswith("..."), subject
+
+
+def test_head_unchanged_unknown_or_untrusted_says_nothing(repo: Path) -> None:
+    mark = gitdiff.work_mark(repo)
+    (repo / "app.py").write_text("x\n")
+    assert gitdiff.commit_moves(repo, mark, gitdiff.work_mark(repo)) == ""  # no commit
+    git(repo, "commit", "-q", "-a", "-m", "c")
+    after = gitdiff.work_mark(repo)
+    assert gitdiff.commit_moves(repo, None, after) == ""
+    assert gitdiff.commit_moves(repo, mark, None) == ""
+    assert gitdiff.commit_moves(repo, mark, after, trust="not the digest") == ""
+    assert gitdiff.commit_moves(repo, mark, after, trust=gitdiff.config_digest(repo)) != ""
+
+
+def test_the_first_commit_of_a_repository(tmp_path: Path) -> None:
+    root = tmp_path / "new"
+    root.mkdir()
+    git(root, "init", "-q")
+    (root / "a.py").write_text("a = 1\n")
+    before = gitdiff.work_mark(root)
+    assert before is not None and gitdiff.head_of(before) is None
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "first")
+    line = gitdiff.commit_moves(root, before, gitdiff.work_mark(root))
+    assert line == f"commits: the first commit: {git(root, 'log', '--format=%h first').strip()}"
