@@ -60,7 +60,7 @@ from ..util.text import now as _now
 from .breaker import Breaker, Cursor
 from .budget import Budget
 from .escalation import escalate
-from .gitdiff import commit_moves, config_digest, diff_stat, tree_of, work_mark
+from .gitdiff import config_digest, turn_change, work_mark
 from .guard import OracleGuard
 from .hooks import HookError, LoopHooks
 from .live import LiveView
@@ -410,17 +410,8 @@ class RunEngine:
                       "prompts show no diff")
             self.git_trust = "changed"
         after = work_mark(self.rootdir, self.git_trust) if before is not None else None
-        diff = diff_stat(self.rootdir, before, after, trust=self.git_trust) \
-            if before and after else ""
-        # Known: the diff stat, or two equal trees. Two trees that differ without a diff stat
-        # (an agent's `git gc --prune=now` took the first one away) are unknown, never "no
-        # file changed".
-        self._git = after is not None and (bool(diff) or tree_of(before) == tree_of(after))
-        moved = commit_moves(self.rootdir, before, after, self.git_trust)
-        if moved:
-            moved = self.redactor.text(moved)
-            diff = f"{diff}\n{moved}" if diff else (
-                f"{NO_CHANGE}\n{moved}" if self._git else moved)
+        diff, self._git = turn_change(self.rootdir, before, after, self.git_trust, NO_CHANGE)
+        diff = self.redactor.text(diff)
         # The oracle as the agent's turn left it, before anything runs that could put it back
         # (a conftest.py that deletes itself when the check is over, say); and after the phase.
         ahead = self._guard.changes(run, phase)

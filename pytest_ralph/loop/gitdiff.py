@@ -337,6 +337,25 @@ def commit_moves(root: Path, before: str | None, after: str | None,
     return text
 
 
+def turn_change(root: Path, before: str | None, after: str | None, trust: str | None,
+                unchanged: str) -> tuple[str, bool]:
+    """What an agent's turn changed, from the :func:`work_mark` before and after it: the
+    :func:`diff_stat`, then the :func:`commit_moves` line when ``HEAD`` moved (``unchanged``
+    stands first when only ``HEAD`` moved).
+
+    Returns:
+        ``(text, known)``: ``known`` is True when the files' change is known (a diff stat, or
+        two equal trees). Two trees that differ without a diff stat (an agent's ``git gc
+        --prune=now`` took the first away) are unknown, never "no file changed".
+    """
+    diff = diff_stat(root, before, after, trust=trust) if before and after else ""
+    known = after is not None and (bool(diff) or tree_of(before) == tree_of(after))
+    moved = commit_moves(root, before, after, trust)
+    if moved:
+        diff = f"{diff}\n{moved}" if diff else (f"{unchanged}\n{moved}" if known else moved)
+    return diff, known
+
+
 def _count(root: Path, span: str, off: tuple[str, ...]) -> int | None:
     out = _git(root, "rev-list", "--count", span, "--", config=off)
     text = out.decode("ascii", errors="replace").strip() if out else ""
