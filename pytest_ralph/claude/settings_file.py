@@ -1,8 +1,10 @@
-"""Arm and disarm the Claude Code Stop hook in a project's ``.claude/settings.json``.
+"""Arm and disarm the Claude Code Stop hook in one settings file of a project
+(``.claude/settings.json`` or ``.claude/settings.local.json``).
 
-Standard library only; does not import pytest. The CLI (``pytest --ralph-init --ralph-driver
-claude``) calls :func:`hook_command` and :func:`merge_stop_hook`; a future disarm calls
-:func:`remove_stop_hook`.
+Standard library only; does not import pytest. :mod:`pytest_ralph.claude.install` (for
+``pytest --ralph-init --ralph-driver claude``) chooses the file and the command
+(:func:`hook_command`, or :func:`project_hook_command` for the shared file) and calls
+:func:`merge_stop_hook` and :func:`remove_stop_hook`.
 
 The settings shape, from the Claude Code hooks reference
 (https://code.claude.com/docs/en/hooks, formerly https://docs.claude.com/en/docs/claude-code/hooks)::
