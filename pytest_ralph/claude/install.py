@@ -14,8 +14,9 @@ writes the command that fits it and leaves exactly one copy of our hook:
   (:func:`~pytest_ralph.claude.settings_file.project_hook_command`).
 
 With no scope asked for, an existing install is upgraded where it is (in ``settings.json`` a
-machine-path command becomes the portable one); a scope asked for moves it. A hook in both
-files is reduced to one. A command of the user's own (wrapped: see
+machine-path command becomes the portable one; a portable one already there is kept, so that
+a teammate's ``--ralph-init`` does not rewrite the shared file); a scope asked for moves it.
+A hook in both files is reduced to one. A command of the user's own (wrapped: see
 :func:`~pytest_ralph.claude.settings_file.is_plain_hook_command`) is never rewritten, moved
 or removed. Both files are read and checked before either is written: a file that cannot be
 understood raises :class:`~pytest_ralph.claude.settings_file.SettingsFileError` and neither is
@@ -35,6 +36,7 @@ from pathlib import Path
 from .settings_file import (
     HOOK_SCRIPT,
     hook_command,
+    is_machine_command,
     is_plain_hook_command,
     is_ralph_hook_command,
     merge_stop_hook,
@@ -128,11 +130,15 @@ def install_hook(rootdir: Path, *, python: str, scope: str | None = None,
         return _keep_wrapped(root, files, found, wrapped, scope)
     target = scope or ("project" if found["project"] else "local")
     other = "project" if target == "local" else "local"
-    command = (hook_command(python, windows=windows) if target == "local"
-               else project_hook_command(python, root, windows=windows))
+    if target == "local":
+        command = hook_command(python, windows=windows)
+    else:  # a portable command already shared with the team is kept: no churn in its file
+        shared = [c for c in found["project"] if not is_machine_command(c)]
+        command = shared[0] if shared else project_hook_command(python, root, windows=windows)
     done = Installed(target)
     merged = merge_stop_hook(files[target], command)
     done.lines.append(f"{merged.message} ({_describe(target)})")
+    changed = merged.changed or bool(found[other])
     if found[other]:
         removed = remove_stop_hook(files[other])
         if found[target]:
@@ -140,7 +146,7 @@ def install_hook(rootdir: Path, *, python: str, scope: str | None = None,
                               f"both copies on every stop: {removed.message}")
         else:
             done.lines.append(f"moved it to the {target} scope: {removed.message}")
-    if target == "project":
+    if target == "project" and changed:
         if command == HOOK_SCRIPT:
             on_path = "" if shutil.which(HOOK_SCRIPT) else (
                 f" (it is not on this PATH either: add the folder of {python}'s scripts)")
@@ -148,11 +154,11 @@ def install_hook(rootdir: Path, *, python: str, scope: str | None = None,
                 f"the command is the console script {HOOK_SCRIPT}, because {python} is not "
                 f"inside {root}: every teammate needs pytest-ralph installed with "
                 f"{HOOK_SCRIPT} on the PATH Claude Code runs with{on_path}")
-        else:
+        elif "CLAUDE_PROJECT_DIR" in command:
             done.lines.append("the command names the interpreter inside the project through "
                               "$CLAUDE_PROJECT_DIR, so every clone with that virtual "
                               "environment runs it")
-    else:
+    elif target == "local":
         _exclude(root, files["local"], done)
     return done
 

@@ -306,6 +306,19 @@ def test_an_old_install_in_settings_json_is_upgraded_to_the_portable_command(
     assert "warning" not in after.text
 
 
+@pytest.mark.parametrize("args", [(), ("--ralph-hook-scope", "project")])
+def test_a_portable_command_in_settings_json_is_kept_as_the_team_wrote_it(
+        project: Project, args: tuple[str, ...]) -> None:
+    _write(project.project_settings, _stop(PORTABLE))  # a teammate's, with a venv of theirs
+    before = project.project_settings.read_bytes()
+    done = _init(project, *args)  # this interpreter is outside the project
+    assert done.returncode == 0, done.text
+    assert project.project_settings.read_bytes() == before
+    assert f"the pytest-ralph Stop hook is already in {project.project_settings}" in done.stdout
+    assert "console script" not in done.stdout
+    assert not project.settings_file.exists()
+
+
 def test_the_hook_moves_between_scopes_and_is_never_doubled(project: Project) -> None:
     python = _venv(project)
     assert _init(project, python=python).returncode == 0
