@@ -72,6 +72,7 @@ from .arming import (
     remove_marker,
     write_marker,
 )
+from .install import install_hook
 from .payload import (
     StopPayload,
     allow,
@@ -80,7 +81,7 @@ from .payload import (
     find_promise,
     last_message,
 )
-from .settings_file import DEFAULT_TIMEOUT, SettingsFileError, hook_command, merge_stop_hook
+from .settings_file import DEFAULT_TIMEOUT, SettingsFileError
 
 #: The driver name recorded in the history (``drivers.driver``) and given to
 #: ``--ralph-driver``.
@@ -92,7 +93,7 @@ DRIVER = "claude"
 REASON_PROMPT_CHARS = 7500
 
 #: Longest check phase of one Stop, in seconds: under the hook's timeout in
-#: ``.claude/settings.json`` (:data:`pytest_ralph.claude.settings_file.DEFAULT_TIMEOUT`, 600 s),
+#: the settings file (:data:`pytest_ralph.claude.settings_file.DEFAULT_TIMEOUT`, 600 s),
 #: with time left for the git snapshot, the history and the answer.
 STOP_CHECK_SECONDS = DEFAULT_TIMEOUT - 90.0
 
@@ -118,10 +119,12 @@ class Answer:
 
 
 def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
-        pythonpath: tuple[Path, ...] = (), out: TextIO | None = None) -> tuple[int, str]:
+        pythonpath: tuple[Path, ...] = (), out: TextIO | None = None,
+        scope: str | None = None) -> tuple[int, str]:
     """``pytest --ralph-init --ralph-driver claude``: install the Stop hook in
-    ``<rootdir>/.claude/settings.json`` (merged, idempotent) and arm a run, unless a driven
-    run is already armed or running.
+    ``<rootdir>/.claude/settings.local.json`` or ``settings.json``
+    (:func:`pytest_ralph.claude.install.install_hook`: merged, idempotent, one copy) and arm
+    a run, unless a driven run is already armed or running (the hook is installed then too).
 
     Args:
         settings: the effective settings; they are stored with the run and used by every
@@ -130,6 +133,8 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
         inifile: the configuration file of the check phases, or ``None``.
         python: the interpreter the hook command runs (``sys.executable``).
         pythonpath: ini ``pythonpath`` folders, for the oracle snapshot.
+        scope: ``--ralph-hook-scope``: ``"local"``, ``"project"`` or ``None`` (where the hook
+            is, else local).
 
     Returns:
         ``(exit code, text)``: 0 when the hook is installed and a run armed (or already
@@ -160,20 +165,18 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
         prd = engine.prepare_prd()
         already = _already_armed(state)  # read-only: a Stop may hold the lock right now
         if already:
-            return 0, already
+            return _with_hook(rootdir, python, scope, already)
         with engine.locked(state):  # the settings change only once arming can go ahead
             history = engine.history
             already = _already_armed(state, history)
             if already:
-                return 0, already
+                return _with_hook(rootdir, python, scope, already)
             # A changed oracle is refused before anything is written (--ralph-accept-changes).
             accepted = engine.check_verified(prd, engine.snapshot_of(prd), state)
-            try:
-                merged = merge_stop_hook(rootdir / ".claude" / "settings.json",
-                                         hook_command(python))
-            except SettingsFileError as exc:
-                return EXIT_USAGE, f"pytest-ralph: {exc}"
-            lines.append(f"pytest-ralph: {merged.message}")
+            code, hook_lines = _hook(rootdir, python, scope)
+            if code:
+                return code, "\n".join(hook_lines)
+            lines += hook_lines
             lines += [f"pytest-ralph: warning: {note}" for note in accepted]
             run, report = driver.arm(prd, state, rootdir / MARKER)
             if report is not None:
@@ -200,6 +203,27 @@ def arm(settings: Settings, *, rootdir: Path, inifile: Path | None, python: str,
         "pytest-ralph: `pytest --ralph-status` shows the run, `pytest --ralph-cancel` disarms "
         "it, `pytest --ralph-doctor` checks the wiring.")
     return 0, "\n".join(lines)
+
+
+def _hook(rootdir: Path, python: str, scope: str | None) -> tuple[int, list[str]]:
+    """Install the Stop hook (:func:`pytest_ralph.claude.install.install_hook`): ``(0, lines
+    saying what was done)``, or ``(4, [the error])`` when a settings file cannot be read or
+    written (then neither was changed by a bad read) or the interpreter path cannot be
+    quoted."""
+    try:
+        done = install_hook(rootdir, python=python, scope=scope)
+    except (SettingsFileError, ValueError) as exc:
+        return EXIT_USAGE, [f"pytest-ralph: {exc}"]
+    return 0, ([f"pytest-ralph: {line}" for line in done.lines]
+               + [f"pytest-ralph: warning: {line}" for line in done.warnings])
+
+
+def _with_hook(rootdir: Path, python: str, scope: str | None,
+               already: str) -> tuple[int, str]:
+    """A run is armed already: the hook is still installed (upgraded, moved or de-duplicated)
+    so that it drives that run."""
+    code, lines = _hook(rootdir, python, scope)
+    return code, "\n".join(lines if code else [*lines, already])
 
 
 #: Settings a Claude Code run never uses (there is no agent to start: the session is it).

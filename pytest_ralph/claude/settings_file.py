@@ -1,8 +1,10 @@
-"""Arm and disarm the Claude Code Stop hook in a project's ``.claude/settings.json``.
+"""Arm and disarm the Claude Code Stop hook in one settings file of a project
+(``.claude/settings.json`` or ``.claude/settings.local.json``).
 
-Standard library only; does not import pytest. The CLI (``pytest --ralph-init --ralph-driver
-claude``) calls :func:`hook_command` and :func:`merge_stop_hook`; a future disarm calls
-:func:`remove_stop_hook`.
+Standard library only; does not import pytest. :mod:`pytest_ralph.claude.install` (for
+``pytest --ralph-init --ralph-driver claude``) chooses the file and the command
+(:func:`hook_command`, or :func:`project_hook_command` for the shared file) and calls
+:func:`merge_stop_hook` and :func:`remove_stop_hook`.
 
 The settings shape, from the Claude Code hooks reference
 (https://code.claude.com/docs/en/hooks, formerly https://docs.claude.com/en/docs/claude-code/hooks)::
@@ -57,6 +59,8 @@ _WINDOWS_UNSAFE = '"$`%'
 # A command that runs our module, whatever the interpreter: "... -m pytest_ralph.hook [args]".
 #: The console script that runs the hook (``[project.scripts]`` in pyproject.toml).
 HOOK_SCRIPT = "pytest-ralph-hook"
+#: How a portable command names the project folder (Claude Code sets it for every hook).
+_PROJECT_DIR_PREFIX = "$CLAUDE_PROJECT_DIR/"
 
 _OURS = re.compile(r"(?:^|\s)-m\s+" + re.escape(HOOK_MODULE) + r"(?=\s|$)"
                    r"|(?:^|[\s/\\'\"])" + re.escape(HOOK_SCRIPT) + r"(?:\.exe)?['\"]?(?=\s|$)")
@@ -132,6 +136,62 @@ def hook_command(python: str, *, windows: bool = os.name == "nt") -> str:
     return f"{shlex.quote(python)} {SAFE_PATH_FLAG} -m {HOOK_MODULE}"
 
 
+def project_hook_command(python: str, rootdir: Path, *,
+                         windows: bool = os.name == "nt") -> str:
+    """The Stop hook command for the committed ``.claude/settings.json``: one that names no
+    path of this machine, so that it works for every clone of the project.
+
+    When ``python`` lies inside ``rootdir`` (a virtual environment in the project: its
+    folders are compared resolved, the interpreter's own name is not, so a venv's
+    ``bin/python`` link stays what it is), the command runs it relative to the project
+    folder, which Claude Code gives every hook as ``CLAUDE_PROJECT_DIR``:
+    ``"$CLAUDE_PROJECT_DIR"/.venv/bin/python -P -m pytest_ralph.hook`` (the rest of the path
+    quoted with :func:`shlex.quote`; on Windows the whole word in double quotes,
+    ``"$CLAUDE_PROJECT_DIR/.venv/Scripts/python.exe"``, with forward slashes). Otherwise it
+    is the console script :data:`HOOK_SCRIPT`, which each teammate needs on ``PATH``.
+
+    Args:
+        python: the interpreter's path (usually ``sys.executable``; not resolved).
+        rootdir: the project root (Claude Code's project folder).
+        windows: quote for Windows, as :func:`hook_command`.
+
+    Returns:
+        The command; :data:`HOOK_SCRIPT` itself when the interpreter is outside the project
+        (or, on Windows, its relative path holds a character no quoting protects).
+    """
+    if not python:
+        return HOOK_SCRIPT
+    exe = Path(os.path.abspath(python))
+    folder = Path(os.path.realpath(exe.parent))
+    root = Path(os.path.realpath(rootdir))
+    try:
+        rel = (folder / exe.name).relative_to(root)
+    except ValueError:
+        return HOOK_SCRIPT
+    if not rel.parts:
+        return HOOK_SCRIPT
+    if windows:
+        if any(ch in rel.as_posix() for ch in _WINDOWS_UNSAFE):
+            return HOOK_SCRIPT
+        return f'"{_PROJECT_DIR_PREFIX}{rel.as_posix()}" {SAFE_PATH_FLAG} -m {HOOK_MODULE}'
+    return (f'"$CLAUDE_PROJECT_DIR"/{shlex.quote(rel.as_posix())} {SAFE_PATH_FLAG} '
+            f"-m {HOOK_MODULE}")
+
+
+def is_machine_command(command: object) -> bool:
+    """Whether ``command`` is a plain hook command (:func:`is_plain_hook_command`) that names
+    an absolute interpreter path of one machine (``/home/me/proj/.venv/bin/python -P -m
+    pytest_ralph.hook``): fine in ``settings.local.json``, wrong in the committed
+    ``settings.json``, where every other clone lacks that path."""
+    if not is_plain_hook_command(command):
+        return False
+    assert isinstance(command, str)
+    exe = shlex.split(command, posix=True)[0]
+    if exe.startswith(_PROJECT_DIR_PREFIX):
+        return False
+    return (exe.startswith(("/", "\\", "~")) or re.match(r"[A-Za-z]:[\\/]", exe) is not None)
+
+
 def is_ralph_hook_command(command: object) -> bool:
     """Whether a handler's ``command`` runs ``pytest_ralph.hook`` (``-m`` with any
     interpreter, or the :data:`HOOK_SCRIPT` console script, bare or with a folder)."""
@@ -151,7 +211,9 @@ def is_plain_hook_command(command: object) -> bool:
         return False
     if 3 <= len(argv) <= 4 and argv[-2:] == ["-m", HOOK_MODULE] and (
             len(argv) == 3 or argv[1] in ("-P", "-I")):
-        return not any(c in argv[0] for c in "<>|&;$`")
+        # The portable form: the project's own interpreter, under $CLAUDE_PROJECT_DIR.
+        exe = argv[0].removeprefix(_PROJECT_DIR_PREFIX)
+        return not any(c in exe for c in "<>|&;$`")
     if len(argv) == 1:
         name = argv[0].replace("\\", "/").rsplit("/", 1)[-1]
         return name in (HOOK_SCRIPT, HOOK_SCRIPT + ".exe")

@@ -6,24 +6,27 @@ an earlier one failed). The exit code is 1 when any line is a problem, else 0.
 
 The checks, in order:
 
-1. ``<rootdir>/.claude/settings.json`` exists and is a JSON object whose ``hooks.Stop`` has the
-   shape of the Claude Code hooks reference (https://code.claude.com/docs/en/hooks); errors
-   name the file, the line and column or the JSON path, as
-   :mod:`pytest_ralph.claude.settings_file` reports them. ``.claude/settings.local.json`` is read
-   too
-   when it exists: Claude Code merges both (the user's ``~/.claude/settings.json`` is not read).
+1. ``<rootdir>/.claude/settings.local.json`` (where ``--ralph-init`` puts the hook by
+   default) and ``<rootdir>/.claude/settings.json`` (``--ralph-hook-scope project``), each when
+   it exists, is a JSON object whose ``hooks.Stop`` has the shape of the Claude Code hooks
+   reference (https://code.claude.com/docs/en/hooks); errors name the file, the line and
+   column or the JSON path, as :mod:`pytest_ralph.claude.settings_file` reports them. Claude
+   Code merges both (the user's ``~/.claude/settings.json`` is not read).
    ``disableAllHooks: true`` in either file is a problem: Claude Code then runs no hook.
-2. One Stop handler runs our hook: ``-m pytest_ralph.hook``
+2. One Stop handler, in either file, runs our hook: ``-m pytest_ralph.hook``
    (:func:`pytest_ralph.claude.settings_file.is_ralph_hook_command`) or the ``pytest-ralph-hook``
    console script. None is a problem (other Stop handlers are listed, never run); two or more
    are a problem too, since Claude Code runs every matching handler, in parallel, on every
-   stop. A project whose settings enable the ``pytest-ralph`` Claude Code plugin
+   stop (``--ralph-init`` removes the extra copy). A command in the shared ``settings.json``
+   that names this machine's interpreter path gets a warning: other clones lack that path.
+   A project whose settings enable the ``pytest-ralph`` Claude Code plugin
    (``enabledPlugins``, see ``templates/claude-plugin``) has the plugin's Stop hook
    (:data:`PLUGIN_HOOK_COMMAND`): without a settings hook that one is checked; with one, a
    warning says the hook runs twice. (A plugin loaded with ``claude --plugin-dir`` leaves no
    trace in the settings and cannot be seen.)
-3. The command's executable (the first word, unquoted with :mod:`shlex`; looked up on
-   ``PATH`` when it has no folder) exists and is executable.
+3. The command's executable (the first word, unquoted with :mod:`shlex`, with
+   ``$CLAUDE_PROJECT_DIR`` expanded to the rootdir; looked up on ``PATH`` when it has no
+   folder, as ``pytest-ralph-hook``) exists and is executable.
 4. The command, run through the shell as Claude Code runs it (``/bin/sh -c <command>`` on
    POSIX, ``cmd`` through ``shell=True`` on Windows) in the rootdir with ``CLAUDE_PROJECT_DIR``
    set and a sample Stop payload on stdin, exits 0 within :data:`HOOK_TIMEOUT` seconds and
@@ -64,6 +67,7 @@ from ..claude.arming import CONTROLLER_ENV, MARKER, MarkerError, read_marker
 from ..claude.settings_file import (
     SettingsFileError,
     hook_command,
+    is_machine_command,
     is_ralph_hook_command,
     read_settings,
     stop_groups,
@@ -268,17 +272,19 @@ def _check_settings(rep: DoctorReport, root: Path) -> list[str]:
                f"runs `{PLUGIN_HOOK_COMMAND}`")
         return [PLUGIN_HOOK_COMMAND]
     if not ours:
-        if not main.exists():
-            rep.problem(f"{main} does not exist, so Claude Code runs no pytest-ralph Stop hook",
-                        f"{_INIT}: `{_suggested_command()}`")
-        elif main in readable:
+        if not main.exists() and not local.exists():
+            rep.problem(f"{main} does not exist and neither does {local.name}, so Claude Code "
+                        "runs no pytest-ralph Stop hook",
+                        f"{_INIT} to {local.name}: `{_suggested_command()}`")
+        elif readable:
             one = len(foreign) == 1
             others = (f"; found {plural(len(foreign), 'other Stop handler')}: "
                       f"{', '.join(foreign)}, which {'is' if one else 'are'} not pytest-ralph's "
                       f"and {'was' if one else 'were'} not run" if foreign else "")
-            rep.problem(f"no Stop hook in {main} runs pytest-ralph (a command with "
+            names = " or ".join(str(p) for p in readable)
+            rep.problem(f"no Stop hook in {names} runs pytest-ralph (a command with "
                         f"`-m pytest_ralph.hook` or `pytest-ralph-hook`){others}",
-                        f"{_INIT}: `{_suggested_command()}`")
+                        f"{_INIT} to {local.name}: `{_suggested_command()}`")
         return []
     for h in ours:
         _check_handler(rep, h)
@@ -287,8 +293,19 @@ def _check_settings(rep: DoctorReport, root: Path) -> list[str]:
         rep.problem(f"{len(ours)} pytest-ralph Stop hooks are configured ({places}): Claude Code "
                     "runs all of them, in parallel, on every stop, so each stop would check "
                     "the criteria more than once and the copies race for the loop lock",
-                    "keep one: `pytest --ralph-init --ralph-driver claude` removes extra "
-                    "copies from settings.json; remove others by hand")
+                    "keep one: `pytest --ralph-init --ralph-driver claude` now removes the "
+                    "extra copy (add --ralph-hook-scope local or project to choose the file "
+                    "that keeps it; a command of your own is kept, so remove the other copy "
+                    "by hand)")
+    for h in ours:
+        command = h.handler.get("command")
+        if h.file == main and is_machine_command(command):
+            rep.warning(f"{main} is the project's shared settings file (committed with the "
+                        f"code), but its hook command `{command}` names an interpreter path "
+                        "of this machine, which other clones do not have, so the hook fails "
+                        "for every teammate: `pytest --ralph-init --ralph-driver claude "
+                        "--ralph-hook-scope project` rewrites it with a portable command "
+                        "(--ralph-hook-scope local moves it to settings.local.json instead)")
     for path in plugin_on:
         rep.warning(f"{path} also enables the pytest-ralph Claude Code plugin, whose own Stop "
                     "hook runs next to the one in the settings: each stop checks the criteria "
@@ -358,7 +375,10 @@ def _check_command(rep: DoctorReport, command: str, root: Path, env: Mapping[str
                                  "the command")
         rep.skipped(f"running `{command}` (its executable cannot run)")
         return
-    rep.ok(f"the hook's executable {exe.path} exists and is executable")
+    expanded = (f" (`{exe.word}`, with $CLAUDE_PROJECT_DIR set to {root} as Claude Code "
+                "sets it)" if "CLAUDE_PROJECT_DIR" in exe.word else
+                " (found on PATH)" if "/" not in exe.word and "\\" not in exe.word else "")
+    rep.ok(f"the hook's executable {exe.path} exists and is executable{expanded}")
     session = _payload_session(root)
     payload = json.dumps(sample_payload(root, session_id=session)).encode()
     shown = f"cmd /c {command}" if os.name == "nt" else f"/bin/sh -c {shlex.quote(command)}"

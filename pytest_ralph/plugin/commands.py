@@ -23,6 +23,7 @@ import pytest
 
 from ..util.env import CONTROLLER_ENV
 from .options import (
+    HOOK_SCOPES,
     child_args,
     command_line_options,
     given_command,
@@ -197,9 +198,13 @@ def command(config: pytest.Config, flag: str) -> tuple[int, str]:
             return 0, render(done, config.rootpath)
         from ..claude.driver import arm
 
+        scope, bad = hook_scope(config)
+        if bad:
+            return EXIT_USAGE, bad
         code, armed = arm(settings, rootdir=config.rootpath,
                           inifile=config.inipath or done.config, python=sys.executable,
-                          pythonpath=tuple(Path(p) for p in ini_pythonpath(config)))
+                          pythonpath=tuple(Path(p) for p in ini_pythonpath(config)),
+                          scope=scope)
         return code, f"{render(done, config.rootpath, driver=driver)}\n{armed}"
     if flag == "--ralph-doctor":
         if getattr(command_line_options(config), "ralph_agent", None):
@@ -211,6 +216,22 @@ def command(config: pytest.Config, flag: str) -> tuple[int, str]:
     from ..commands.status import status
 
     return cancel(settings.dir) if flag == "--ralph-cancel" else status(settings.dir)
+
+
+def hook_scope(config: pytest.Config) -> tuple[str | None, str]:
+    """``--ralph-hook-scope``, else ini ``ralph_hook_scope``, else ``None`` (where the hook
+    is): ``(scope, "")``, or ``(None, the refusal)`` for an ini value that is no scope."""
+    typed = config.getoption("ralph_hook_scope")
+    if typed:
+        return str(typed), ""
+    value = str(config.getini("ralph_hook_scope") or "").strip()
+    if not value:
+        return None, ""
+    if value not in HOOK_SCOPES:
+        return None, (f"pytest-ralph: ralph_hook_scope = {value} in {config.inipath}: expected "
+                      f"one of {', '.join(HOOK_SCOPES)} (local: .claude/settings.local.json; "
+                      "project: .claude/settings.json with a portable command)")
+    return value, ""
 
 
 def agent_doctor(config: pytest.Config, settings: Settings) -> tuple[int, str]:

@@ -21,6 +21,9 @@ from ..loop.settings import SPECS, Settings, default_text
 from ..prd.load import PRD_FILE_NAMES, PRD_FORMATS
 from .stash import is_child
 
+#: The values of ``--ralph-hook-scope`` and ini ``ralph_hook_scope``.
+HOOK_SCOPES = ("local", "project")
+
 #: Options of pytest's cacheprovider and stepwise plugins, which the loop's check phase turns
 #: off (``-p no:cacheprovider``): (spellings, takes a value).
 _CACHE_OPTIONS = ((("--lf", "--last-failed"), False), (("--ff", "--failed-first"), False),
@@ -82,12 +85,22 @@ def add_options(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager
                          "is none), the state folder in .gitignore. Never overwrites a file or "
                          "a value; running it again changes nothing. With --ralph-driver "
                          "claude, also install the Claude Code Stop hook in "
-                         ".claude/settings.json and arm a run that the next Claude Code "
+                         ".claude/settings.local.json (or, with --ralph-hook-scope project, "
+                         ".claude/settings.json) and arm a run that the next Claude Code "
                          "session adopts. (default: off)")
     group.addoption("--ralph-driver", action="store", default=None, choices=("claude",),
                     help="With --ralph-init, what drives the loop: 'claude' (a Claude Code "
                          "session, through its Stop hook). Without it --ralph-init only "
                          "scaffolds (the loop is then `pytest --ralph`). (default: none)")
+    group.addoption("--ralph-hook-scope", action="store", default=None,
+                    choices=HOOK_SCOPES, dest="ralph_hook_scope",
+                    help="With --ralph-init --ralph-driver claude, where the Stop hook goes: "
+                         "'local' (.claude/settings.local.json, not committed: this "
+                         "machine's interpreter) or 'project' (.claude/settings.json, shared: "
+                         "a command with no path of this machine, "
+                         "\"$CLAUDE_PROJECT_DIR\"/<venv>/bin/python or pytest-ralph-hook). "
+                         "An install in the other file is moved. [ini ralph_hook_scope] "
+                         "(default: where the hook already is, else local)")
     group.addoption("--ralph-doctor", action="store_true", default=False,
                     help="Check the Claude Code wiring: the Stop hook command in "
                          ".claude/settings.json exists and answers a sample payload. With "
@@ -111,6 +124,10 @@ def add_options(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager
             parser.addini(spec.ini, ini_help, type="linelist")
         else:  # unset is None; settings.resolve() then falls back to the default
             parser.addini(spec.ini, ini_help, type=_ini_type(spec.kind), default=None)
+    parser.addini("ralph_hook_scope", "pytest-ralph: where `--ralph-init --ralph-driver "
+                  "claude` installs the Claude Code Stop hook: local (.claude/settings.local."
+                  "json) or project (.claude/settings.json, a portable command). (default: "
+                  "where the hook already is, else local)", type="string", default="")
     parser.addini("ralph_prd_files", "pytest-ralph: file name patterns collected as PRDs. "
                   f"(default: {' '.join(PRD_FILE_NAMES)})", type="args",
                   default=list(PRD_FILE_NAMES))
@@ -167,6 +184,10 @@ def loop_flag(config: pytest.Config) -> str | None:
     if config.getoption("ralph_driver"):
         raise pytest.UsageError("pytest-ralph: --ralph-driver goes with --ralph-init "
                                 "(`pytest --ralph-init --ralph-driver claude`)")
+    if config.getoption("ralph_hook_scope"):
+        raise pytest.UsageError("pytest-ralph: --ralph-hook-scope goes with --ralph-init "
+                                "--ralph-driver claude (`pytest --ralph-init --ralph-driver "
+                                "claude --ralph-hook-scope project`)")
     if not (config.getoption("ralph") or config.getoption("ralph_dry_run")):
         if config.getoption("ralph_new"):
             raise pytest.UsageError("pytest-ralph: --ralph-new goes with --ralph (`pytest "
@@ -240,6 +261,11 @@ def refuse_with_command(config: pytest.Config, flag: str) -> None:
                 f"pytest-ralph: {name} cannot be used with {flag}: it runs no test (run "
                 f"{flag} on its own, then pytest with {name.split('/')[0]})")
     armed = flag == "--ralph-init" and config.getoption("ralph_driver") == "claude"
+    if config.getoption("ralph_hook_scope") and not armed:
+        raise pytest.UsageError(
+            f"pytest-ralph: --ralph-hook-scope cannot be used with {flag}"
+            f"{' alone' if flag == '--ralph-init' else ''}: it says where `pytest "
+            "--ralph-init --ralph-driver claude` installs the Claude Code Stop hook")
     if getattr(typed, "ralph_story", None) and not armed:
         raise pytest.UsageError(
             f"pytest-ralph: --ralph-story cannot be used with {flag}: it chooses the stories "

@@ -18,12 +18,15 @@ from pytest_ralph.claude.settings_file import (
     MergeResult,
     SettingsFileError,
     hook_command,
+    is_machine_command,
     is_plain_hook_command,
     is_ralph_hook_command,
     merge_stop_hook,
+    project_hook_command,
     remove_stop_hook,
 )
 from tests.support.privileges import unprivileged
+from tests.support.venv import linked_venv
 
 CMD = hook_command("/usr/bin/python3", windows=False)
 OURS = {"type": "command", "command": CMD, "timeout": 600}
@@ -85,6 +88,81 @@ def test_windows_command_double_quotes_the_path() -> None:
 def test_windows_command_refuses_unquotable_paths(bad: str) -> None:
     with pytest.raises(ValueError, match="Windows shell"):
         hook_command(bad, windows=True)
+
+
+# --- project_hook_command: a command with no path of this machine ------------------------------
+
+
+def test_project_command_runs_a_venv_inside_the_project_from_claude_project_dir(
+        tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    (root / "my env" / "bin").mkdir(parents=True)
+    cmd = project_hook_command(str(root / ".venv" / "bin" / "python"), root, windows=False)
+    assert cmd == f'"$CLAUDE_PROJECT_DIR"/.venv/bin/python {SAFE_PATH_FLAG} -m pytest_ralph.hook'
+    spaced = project_hook_command(str(root / "my env" / "bin" / "python"), root, windows=False)
+    assert spaced == (f'"$CLAUDE_PROJECT_DIR"/\'my env/bin/python\' {SAFE_PATH_FLAG} -m '
+                      "pytest_ralph.hook")
+    for command in (cmd, spaced):
+        assert is_ralph_hook_command(command) and is_plain_hook_command(command)
+        assert not is_machine_command(command)
+
+
+@pytest.mark.skipif(os.name == "nt", reason="symlinks")
+def test_project_command_compares_folders_resolved_but_keeps_the_interpreter_link(
+        tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    (real / ".venv" / "bin").mkdir(parents=True)
+    (real / ".venv" / "bin" / "python").symlink_to(sys.executable)  # a venv's link, kept
+    alias = tmp_path / "alias"
+    alias.symlink_to(real, target_is_directory=True)
+    cmd = project_hook_command(str(alias / ".venv" / "bin" / "python"), real, windows=False)
+    assert cmd == f'"$CLAUDE_PROJECT_DIR"/.venv/bin/python {SAFE_PATH_FLAG} -m pytest_ralph.hook'
+
+
+def test_project_command_outside_the_project_is_the_console_script(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    root.mkdir()
+    assert project_hook_command("/usr/bin/python3", root, windows=False) == "pytest-ralph-hook"
+    assert project_hook_command(str(tmp_path / "projx" / "python"), root,
+                                windows=False) == "pytest-ralph-hook"
+    assert project_hook_command("", root, windows=False) == "pytest-ralph-hook"
+
+
+def test_project_command_on_windows_double_quotes_the_word(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    cmd = project_hook_command(str(root / ".venv" / "Scripts" / "python.exe"), root,
+                               windows=True)
+    assert cmd == (f'"$CLAUDE_PROJECT_DIR/.venv/Scripts/python.exe" {SAFE_PATH_FLAG} -m '
+                   "pytest_ralph.hook")
+    assert is_plain_hook_command(cmd) and not is_machine_command(cmd)
+    assert project_hook_command(str(root / "a%b" / "python.exe"), root,
+                                windows=True) == "pytest-ralph-hook"
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX shell")
+def test_project_command_starts_the_interpreter_through_sh(tmp_path: Path) -> None:
+    root = tmp_path / "my proj"
+    python = linked_venv(root / "v env")
+    cmd = project_hook_command(str(python), root, windows=False)
+    probe = cmd.replace("-m pytest_ralph.hook", "-c 'import pytest_ralph.hook, sys; "
+                                                "print(sys.executable)'")
+    proc = subprocess.run(["/bin/sh", "-c", probe], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, check=False,
+                          env={**os.environ, "CLAUDE_PROJECT_DIR": str(root)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(python)
+
+
+@pytest.mark.parametrize(("command", "machine"), [
+    (CMD, True), ("'/my venv/bin/python' -m pytest_ralph.hook", True),
+    (r'"C:\py\python.exe" -P -m pytest_ralph.hook', True),
+    ('"$CLAUDE_PROJECT_DIR"/.venv/bin/python -P -m pytest_ralph.hook', False),
+    ("pytest-ralph-hook", False), ("python -m pytest_ralph.hook", False),
+    ("env X=1 /usr/bin/python3 -m pytest_ralph.hook", False),  # the user's own: not ours to say
+    ('"$CLAUDE_PROJECT_DIR"/x;rm -m pytest_ralph.hook', False), (None, False),
+])
+def test_is_machine_command(command: object, machine: bool) -> None:
+    assert is_machine_command(command) is machine
 
 
 def test_empty_interpreter_is_refused() -> None:

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shlex
-import site
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from pytest_ralph.state.folder import DB_NAME
 from tests.support.env import clean_env
 from tests.support.prd import story
 from tests.support.project import Project
+from tests.support.venv import linked_venv
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX shell, flock")
 
@@ -186,32 +186,9 @@ def test_arming_twice_keeps_one_run_and_the_users_settings(project: Project) -> 
     assert "criteria: 0/1 passing after the baseline check" in status
 
 
-def _venv_with_spaces(folder: Path) -> Path:
-    """An interpreter at ``folder/bin/python`` (``folder`` has a space) that sees the running
-    interpreter's packages: a pyvenv.cfg next to a symlink, and a .pth file that adds the
-    current site-packages folders (so editable installs keep working)."""
-    real = os.path.realpath(sys.executable)
-    (folder / "bin").mkdir(parents=True)
-    (folder / "pyvenv.cfg").write_text(
-        f"home = {os.path.dirname(real)}\ninclude-system-site-packages = false\n",
-        encoding="utf-8")
-    python = folder / "bin" / "python"
-    python.symlink_to(real)
-    packages = (folder / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-                / "site-packages")
-    packages.mkdir(parents=True)
-    dirs = [p for p in (*site.getsitepackages(), site.getusersitepackages())
-            if os.path.isdir(p)]
-    dirs += [p for p in sys.path if p.endswith("site-packages") and p not in dirs]
-    (packages / "outer.pth").write_text(
-        "import site; " + "; ".join(f"site.addsitedir({p!r})" for p in dirs) + "\n",
-        encoding="utf-8")
-    return python
-
-
 def test_hook_command_quotes_an_interpreter_path_with_spaces(
         tmp_path: Path, make_project: Callable[..., Project]) -> None:
-    python = _venv_with_spaces(tmp_path / "my py")
+    python = linked_venv(tmp_path / "my py")
     probe = subprocess.run([str(python), "-c", "import sys, pytest_ralph; print(sys.executable)"],
                            capture_output=True, text=True, check=False, env=clean_env())
     assert probe.returncode == 0, probe.stderr

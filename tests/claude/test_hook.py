@@ -566,6 +566,7 @@ def test_arming_refuses_a_loop_that_cannot_end_well(tmp_path: Path, ini: str,
     assert why in proc.stdout + proc.stderr
     assert not project.marker.exists()
     assert not (project.root / ".claude" / "settings.json").exists()
+    assert not (project.root / ".claude" / "settings.local.json").exists()
     project.stop().quiet()
 
 
@@ -602,7 +603,7 @@ def test_hook_command_needs_only_the_interpreter(tmp_path: Path) -> None:
     python = _spaced_python(tmp_path)
     project = project_in(tmp_path / "My Projects" / "demo app", ini="ralph_max_iterations = 3\n")
     arm(project, python=python)
-    settings = json.loads((project.root / ".claude" / "settings.json").read_text("utf-8"))
+    settings = json.loads((project.root / ".claude" / "settings.local.json").read_text("utf-8"))
     (group,) = settings["hooks"]["Stop"]
     (handler,) = group["hooks"]
     command = handler["command"]

@@ -609,7 +609,7 @@ def test_ralph_init_with_the_claude_driver_scaffolds_and_arms(pytester: pytest.P
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     result.stdout.fnmatch_lines(["  created prd.json: story US-001 *",
                                  "  created pytest.ini: *", "*armed run * on *prd.json*"])
-    settings = json.loads((pytester.path / ".claude" / "settings.json").read_text())
+    settings = json.loads((pytester.path / ".claude" / "settings.local.json").read_text())
     assert "pytest_ralph.hook" in json.dumps(settings["hooks"]["Stop"])
 
 

@@ -182,6 +182,13 @@ class Project:
 
     @property
     def settings_file(self) -> Path:
+        """Where ``--ralph-init --ralph-driver claude`` puts the Stop hook by default (the
+        local scope)."""
+        return self.root / ".claude" / "settings.local.json"
+
+    @property
+    def project_settings(self) -> Path:
+        """The shared settings file (``--ralph-hook-scope project``)."""
         return self.root / ".claude" / "settings.json"
 
     def write_prd(self, *stories: dict[str, Any], project: str = "demo", **top: Any) -> None:
