@@ -68,57 +68,58 @@ def _known(ids: list[str]) -> str:
 
 
 def dependency_problems(prd: PRD) -> list[Problem]:
-    """What makes the dependencies of ``prd`` impossible to follow, in file order of the
-    stories: an id that names no story of the PRD (the known ids listed, shortened, with a
-    close match as the hint), a story that depends on itself, and each cycle (one problem per
-    group of stories that wait on each other, at its first story in the file, naming the
-    cycle: ``US-001 -> US-003 -> US-001``). Every problem has the story's line.
+    """What makes the dependencies of ``prd`` impossible to follow, in the file order of the
+    stories they are reported at: an id that names no story of the PRD (the known ids listed,
+    shortened, with a close match as the hint), a story that depends on itself, and each
+    cycle (one problem per group of stories that wait on each other, at its first story in
+    the file, naming the cycle: ``US-001 -> US-003 -> US-001``). Every problem has the
+    story's line.
 
     Returns:
         The problems; ``[]`` when every story can start once the ones before it are merged.
     """
     ids = [s.id for s in prd.stories]
     known = set(ids)
-    problems: list[Problem] = []
+    problems: list[tuple[int, Problem]] = []
     for story in prd.stories:
         for dep in dict.fromkeys(story.depends_on):
             if dep == story.id:
-                problems.append(Problem(
+                problems.append((story.position, Problem(
                     _where(story), f"story {story.id!r} depends on itself; expected the ids of "
                     "other stories", story.line,
-                    hint=f"remove {story.id!r} from its {story.depends_key}"))
+                    hint=f"remove {story.id!r} from its {story.depends_key}")))
             elif dep not in known:
-                near = difflib.get_close_matches(dep, ids, n=1, cutoff=0.6)
-                problems.append(Problem(
+                near = difflib.get_close_matches(dep, ids, n=1, cutoff=0.8)
+                problems.append((story.position, Problem(
                     _where(story), f"story {story.id!r} depends on {dep!r}, which is no story "
                     f"of this PRD; expected one of its story ids ({_known(ids)})", story.line,
                     hint=(f"did you mean {near[0]!r}? " if near else "")
                     + "fix the id, or remove it (a parallel run waits only for stories of "
-                      "its own PRD)"))
+                      "its own PRD)")))
     problems += _cycle_problems(prd)
-    return problems
+    return [p for _, p in sorted(problems, key=lambda item: item[0])]
 
 
-def _cycle_problems(prd: PRD) -> list[Problem]:
+def _cycle_problems(prd: PRD) -> list[tuple[int, Problem]]:
     """One problem per strongly connected group of two or more stories (a self-dependency
     is reported by :func:`dependency_problems` itself)."""
     by_id = {s.id: s for s in prd.stories}
     edges = {s.id: [d for d in dict.fromkeys(s.depends_on) if d in by_id and d != s.id]
              for s in prd.stories}
-    problems: list[Problem] = []
+    problems: list[tuple[int, Problem]] = []
     for group in _components(list(by_id), edges):
         if len(group) < 2:
             continue
         first = min(group, key=lambda sid: by_id[sid].position)
         cycle = _cycle_from(first, edges, set(group))
         story = by_id[first]
-        problems.append(Problem(
+        problems.append((story.position, Problem(
             _where(story), "dependency cycle: " + " -> ".join(cycle) + "; expected "
             "dependencies that end (no story of a cycle could ever start)", story.line,
             hint="remove one of these dependencies"
             + (f" ({len(group)} stories wait on each other: "
                f"{_known(sorted(group, key=lambda sid: by_id[sid].position))})"
-               if len(group) > len(cycle) - 1 else "")))
+               if len(group) > len(cycle) - 1 else ""))))
     return problems
 
 
