@@ -18,9 +18,9 @@ from ..checks.results import CheckResults
 from ..checks.verdicts import story_notes, story_verdicts
 from ..oracle.bytecode import TrustedBytecode
 from ..oracle.snapshot import Snapshot
-from ..prd.describe import no_stories_message
+from ..prd.describe import no_prd_message, no_stories_message
 from ..prd.errors import PRDError
-from ..prd.load import PRD_FILE_NAMES, PRD_SEARCH_DIRS, discover_prd, load_prd
+from ..prd.load import discover_prd, load_prd
 from ..prd.model import PRD, Story
 from ..prd.writeback import write_back
 from ..sandbox.bwrap import Sandbox, SandboxError, probe
@@ -80,10 +80,7 @@ class Scope:
         if path is None:
             path = discover_prd(self.rootdir)
             if path is None:
-                raise NoCriteria(
-                    f"no PRD found: looked for {', '.join(PRD_FILE_NAMES)} in {self.rootdir} "
-                    f"and its {', '.join(d for d in PRD_SEARCH_DIRS if d != '.')} folders; "
-                    "name one with --ralph-prd PATH (or ini ralph_prd)")
+                raise NoCriteria(no_prd_message(self.rootdir))
         try:
             prd = load_prd(path, max_bytes=s.max_prd_bytes)
         except PRDError as exc:

@@ -1,8 +1,9 @@
 """What ``pytest_cmdline_main`` takes over: the one-shot commands and the loop.
 
-:func:`main` runs ``--ralph-status``, ``--ralph-cancel``, ``--ralph-init`` or ``--ralph-doctor``
-(:mod:`pytest_ralph.commands`) and prints what it says, or starts the loop for ``--ralph`` /
-``--ralph-dry-run`` (:mod:`pytest_ralph.loop.controller`), like pytest-xdist's looponfail:
+:func:`main` runs ``--ralph-status``, ``--ralph-cancel``, ``--ralph-init``, ``--ralph-doctor`` or
+``--ralph-plan`` (:mod:`pytest_ralph.commands`) and prints what it says, or starts the loop for
+``--ralph`` / ``--ralph-dry-run`` (:mod:`pytest_ralph.loop.controller`), like pytest-xdist's
+looponfail:
 :func:`make_loop` builds it from the session, :func:`run` runs it (an internal error leaves its
 traceback in a crash file) and copies its report where ``--ralph-report`` and
 ``GITHUB_STEP_SUMMARY`` ask (:func:`after_loop`). :func:`refuse_changed_conftests` refuses, before
@@ -28,6 +29,7 @@ from .options import (
     command_line_options,
     given_command,
     loop_flag,
+    plan_prd,
     positional_prd,
     refuse_with_command,
     refuse_with_loop,
@@ -168,8 +170,11 @@ def after_loop(config: pytest.Config, loop: Loop, code: int, said: list[str]) ->
 
 
 def command(config: pytest.Config, flag: str) -> tuple[int, str]:
-    """Run ``--ralph-status``, ``--ralph-cancel``, ``--ralph-init`` or ``--ralph-doctor``;
-    return ``(exit code, text)``.
+    """Run ``--ralph-status``, ``--ralph-cancel``, ``--ralph-init``, ``--ralph-doctor`` or
+    ``--ralph-plan``; return ``(exit code, text)``.
+
+    ``--ralph-plan`` prints the plan of a parallel run as JSON (:mod:`pytest_ralph.commands.plan`),
+    on stdout only when it exits 0.
 
     ``--ralph-init`` scaffolds the project (:mod:`pytest_ralph.commands.init`; a malformed
     configuration file is exit 4, nothing written), then, with ``--ralph-driver claude``,
@@ -206,6 +211,11 @@ def command(config: pytest.Config, flag: str) -> tuple[int, str]:
                           pythonpath=tuple(Path(p) for p in ini_pythonpath(config)),
                           scope=scope)
         return code, f"{render(done, config.rootpath, driver=driver)}\n{armed}"
+    if flag == "--ralph-plan":
+        from ..commands.plan import plan
+
+        return plan(config.rootpath, plan_prd(config) or settings.prd,
+                    max_bytes=settings.max_prd_bytes)
     if flag == "--ralph-doctor":
         if getattr(command_line_options(config), "ralph_agent", None):
             return agent_doctor(config, settings)

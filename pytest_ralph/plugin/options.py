@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ..loop.settings import SPECS, Settings, default_text
 from ..prd.load import PRD_FILE_NAMES, PRD_FORMATS
-from .stash import is_child
+from .stash import get_settings, is_child
 
 #: The values of ``--ralph-hook-scope`` and ini ``ralph_hook_scope``.
 HOOK_SCOPES = ("local", "project")
@@ -107,6 +108,12 @@ def add_options(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager
                          "--ralph-agent PRESET, check that preset's CLI instead: on PATH, "
                          "its version against the proven release, every flag the preset "
                          "passes in its --help. (default: off)")
+    group.addoption("--ralph-plan", action="store_true", default=False,
+                    help="Print the plan of a parallel run as JSON for a CI matrix and exit: "
+                         "the PRD, the waves of stories (each wave's stories depend only on "
+                         "earlier waves, by dependsOn) and one entry per story with its title, "
+                         "branch, wave and dependsOn. Takes the PRD as its path argument, else "
+                         "--ralph-prd, ini ralph_prd or discovery. (default: off)")
     group.addoption("--ralph-report", action="store", default=None, metavar="PATH",
                     help="Also write a Markdown report to PATH (replaced): the gate's summary "
                          "(per story verified / claimed / failed, the failing criteria, the "
@@ -149,26 +156,27 @@ _METAVARS = {"path": "PATH", "str": "CMD|PRESET", "int": "N", "float": "SECONDS"
 
 def given_command(config: pytest.Config) -> str | None:
     """The one-shot command of the command line (``--ralph-status``, ``--ralph-cancel``,
-    ``--ralph-init`` or ``--ralph-doctor``), or ``None``.
+    ``--ralph-init``, ``--ralph-doctor`` or ``--ralph-plan``), or ``None``.
 
     Raises:
         pytest.UsageError: it was given with another of them, or with ``--ralph`` or
             ``--ralph-dry-run``.
     """
-    alone = ("ralph_status", "ralph_cancel", "ralph_init", "ralph_doctor")
+    alone = ("ralph_status", "ralph_cancel", "ralph_init", "ralph_doctor", "ralph_plan")
     if any(config.getoption(dest) for dest in alone):
         given = [name for dest, name in (("ralph_status", "--ralph-status"),
                                          ("ralph_cancel", "--ralph-cancel"),
                                          ("ralph_init", "--ralph-init"),
                                          ("ralph_doctor", "--ralph-doctor"),
+                                         ("ralph_plan", "--ralph-plan"),
                                          ("ralph", "--ralph"),
                                          ("ralph_dry_run", "--ralph-dry-run"))
                  if config.getoption(dest)]
         if len(given) > 1:
             raise pytest.UsageError(
                 f"pytest-ralph: {given[0]} cannot be used with {' or '.join(given[1:])} "
-                "(--ralph-status, --ralph-cancel, --ralph-init and --ralph-doctor each do one "
-                "thing and exit; run each on its own)")
+                "(--ralph-status, --ralph-cancel, --ralph-init, --ralph-doctor and "
+                "--ralph-plan each do one thing and exit; run each on its own)")
         return given[0]
     return None
 
@@ -271,6 +279,9 @@ def refuse_with_command(config: pytest.Config, flag: str) -> None:
             f"pytest-ralph: --ralph-story cannot be used with {flag}: it chooses the stories "
             "of a run (`pytest --ralph --ralph-story ID`, or `pytest --ralph-init "
             "--ralph-driver claude --ralph-story ID`)")
+    if flag == "--ralph-plan":
+        plan_prd(config)
+        return
     if getattr(config, "args_source", None) == pytest.Config.ArgsSource.ARGS:
         args = [a for a in config.args if a]
         if args:
@@ -279,6 +290,33 @@ def refuse_with_command(config: pytest.Config, flag: str) -> None:
                 "name the state folder with --ralph-dir DIR, or run it from the project")
             raise pytest.UsageError(
                 f"pytest-ralph: {flag} takes no path argument (got {' '.join(args)}): {where}")
+
+
+def plan_prd(config: pytest.Config) -> Path | None:
+    """The PRD that ``pytest --ralph-plan PRD`` names (relative to the invocation folder), or
+    ``None`` when no path argument was given (then ``--ralph-prd``, ini ``ralph_prd`` or
+    discovery decide).
+
+    Raises:
+        pytest.UsageError: several path arguments, one without a PRD suffix, or one given
+            with ``--ralph-prd`` / ini ``ralph_prd`` naming another file.
+    """
+    if getattr(config, "args_source", None) != pytest.Config.ArgsSource.ARGS:
+        return None
+    args = [a for a in config.args if a]
+    if not args:
+        return None
+    path = config.invocation_params.dir / args[0]
+    if len(args) > 1 or path.suffix.lower() not in PRD_FORMATS:
+        raise pytest.UsageError(
+            "pytest-ralph: --ralph-plan takes one PRD file as its only path argument, or none "
+            f"(then --ralph-prd, ini ralph_prd or discovery decide); got {' '.join(args)}")
+    settings = get_settings(config)
+    if settings.prd is not None and Path(settings.prd).resolve() != path.resolve():
+        raise pytest.UsageError(
+            f"pytest-ralph: --ralph-plan was given the PRD {args[0]} and {settings.prd} (from "
+            f"{settings.sources.get('prd')}); name one of them")
+    return path
 
 
 def _refuse_numprocesses(config: pytest.Config, flag: str) -> None:

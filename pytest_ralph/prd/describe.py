@@ -1,6 +1,7 @@
 """What the loader did to a PRD, in words: the dialect it normalized and what it renamed or
 synthesized (:func:`dialect_line`, :func:`dialect_notes`), and why a PRD without stories has
-nothing to check (:func:`no_stories_message`).
+nothing to check (:func:`no_stories_message`), and where a PRD was looked for when none was
+found (:func:`no_prd_message`).
 
 The pytest collector, the loop controller and the final report describe a PRD with these.
 """
@@ -10,7 +11,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from .model import PRD
+
+
+def no_prd_message(rootdir: Path) -> str:
+    """Where discovery looked when it found no PRD, and how to name one: ``no PRD found:
+    looked for prd.json, ... in /project and its .ralph, scripts/ralph folders; name one
+    with --ralph-prd PATH (or ini ralph_prd)``."""
+    from .load import PRD_FILE_NAMES, PRD_SEARCH_DIRS
+
+    return (f"no PRD found: looked for {', '.join(PRD_FILE_NAMES)} in {rootdir} and its "
+            f"{', '.join(d for d in PRD_SEARCH_DIRS if d != '.')} folders; name one with "
+            "--ralph-prd PATH (or ini ralph_prd)")
 
 
 def dialect_line(prd: PRD) -> str | None:

@@ -13,7 +13,9 @@ The canonical shape::
      "userStories": [{"id": str, "title": str, "description": str,
                       "acceptanceCriteria": [str | {criterion object}, ...],
                       "priority": int,            # left out when the story has none
-                      "passes": bool, "notes": str, ...other story keys kept...}]}
+                      "passes": bool, "notes": str,
+                      "dependsOn": [str, ...],   # left out when the story has none
+                      ...other story keys kept...}]}
 
 The rules, each a small function below:
 
@@ -33,6 +35,11 @@ The rules, each a small function below:
 - id (:func:`_story_id`): a missing (or null, or empty) id is synthesized from the
   story's 1-based position: ``S1``, ``S2``, ...; integer ids become strings.
 - title (:func:`_title`): a story without a title takes the first line of its description.
+- dependencies (:func:`_depends_on`): ``dependsOn | dependencies | depends_on``, a list of
+  story ids (integer ids become strings); a single string is one id, a blank one none;
+  missing or null: left out (no dependencies). Two of these keys with different lists are
+  an error (which one is meant?). Only story keys are read: a top-level grouping such as
+  ``waves: {"2": {"depends_on_wave": 1}}`` is not (the stories' own lists say the same).
 - top level (:func:`_header`): ``project`` may be an object with ``name`` (and
   ``description``), or be called ``projectName`` / ``name``.
 """
@@ -50,8 +57,8 @@ from typing import Any
 
 from ..util.text import plural
 
-__all__ = ["CRITERIA_KEYS", "STORY_CONTAINERS", "DialectError", "Normalized", "Origin",
-           "describe", "json_path", "normalize", "source_path"]
+__all__ = ["CRITERIA_KEYS", "DEPENDS_KEYS", "STORY_CONTAINERS", "DialectError", "Normalized",
+           "Origin", "describe", "json_path", "normalize", "source_path"]
 
 #: Keys that may hold the list of stories, in the order they are tried.
 STORY_CONTAINERS = ("userStories", "stories", "tasks", "items", "features")
@@ -59,6 +66,9 @@ STORY_CONTAINERS = ("userStories", "stories", "tasks", "items", "features")
 #: Keys of a story that may hold its acceptance criteria, in the order they are tried.
 CRITERIA_KEYS = ("acceptanceCriteria", "acceptance", "steps", "steps_to_verify",
                  "acceptance_tests")
+
+#: Keys of a story that may hold the ids of the stories it depends on; the first is canonical.
+DEPENDS_KEYS = ("dependsOn", "dependencies", "depends_on")
 
 #: Priority words (compared case-insensitively) and the value each maps to.
 PRIORITY_WORDS = {"high": 1, "medium": 2, "low": 3}
@@ -107,6 +117,9 @@ class Origin:
         title_key: ``"title"``, or ``"description"`` when the title is its first line.
         done_key: ``"passes"`` or ``"status"``: what decided ``passes``; ``""`` when
             neither was there (``passes`` is false).
+        depends_key: the story key its ``dependsOn`` came from (``"depends_on"``);
+            ``"dependsOn"`` also when the story has none.
+        depends_string: the dependencies were a single string (one id).
     """
 
     parts: Parts
@@ -115,6 +128,8 @@ class Origin:
     id_synthesized: bool = False
     title_key: str = "title"
     done_key: str = "passes"
+    depends_key: str = "dependsOn"
+    depends_string: bool = False
 
 
 @dataclass(frozen=True)
@@ -429,6 +444,39 @@ def _passes(story: dict[str, Any], jp: str, work: _Work) -> Any:
     return done
 
 
+def _depends_on(story: dict[str, Any], jp: str, work: _Work) -> tuple[Any, str, bool]:
+    """The story's dependencies (a new list; ``None`` when it has none), the key they came
+    from and whether they were a single string.
+
+    The first of :data:`DEPENDS_KEYS` whose value is not null is used; another of them with
+    a different list is a problem. A string is one id (a blank one: none); integer items
+    become strings; any other value or item is kept for the schema to report.
+    """
+    present = [k for k in DEPENDS_KEYS if story.get(k) is not None]
+    if not present:
+        return None, "dependsOn", False
+    key = present[0]
+    value = story[key]
+    for other in present[1:]:
+        if story[other] != value:
+            work.problem(f"{jp}.{other}", f"expected one list of dependencies; found "
+                         f"{jp}.{key} and {jp}.{other}, which differ (keep one of them)")
+    if key != "dependsOn":
+        work.rule(key)
+        work.tally[f"depends-key:{key}"] += 1
+    if isinstance(value, str):
+        work.rule("string-depends")
+        work.tally["string-depends"] += 1
+        return ([value] if value.strip() else []), key, True
+    if not isinstance(value, list):
+        return copy.deepcopy(value), key, False
+    if any(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        work.rule("int-depends")
+        work.tally["int-depends"] += 1
+    return [str(v) if isinstance(v, int) and not isinstance(v, bool) else copy.deepcopy(v)
+            for v in value], key, False
+
+
 def _text_field(story: dict[str, Any], key: str, work: _Work) -> Any:
     """A string field (``description``, ``notes``): ``""`` when missing; a list of
     strings is joined with newlines; another value is kept for the schema to report."""
@@ -501,9 +549,13 @@ def _story(raw: object, parts: Parts, position: int,
         story["priority"] = priority
     story["passes"] = _passes(raw, json_path(parts), work)
     story["notes"] = _text_field(raw, "notes", work)
+    depends, depends_key, depends_string = _depends_on(raw, json_path(parts), work)
+    if depends is not None:
+        story["dependsOn"] = depends
     done_key = ("passes" if raw.get("passes") is not None else
                 "status" if isinstance(raw.get("status"), str) else "")
-    consumed = {*_CANONICAL_STORY_KEYS, criteria_key, "status" if done_key == "status" else ""}
+    consumed = {*_CANONICAL_STORY_KEYS, criteria_key, "status" if done_key == "status" else "",
+                *DEPENDS_KEYS}
     story.update((k, copy.deepcopy(v)) for k, v in raw.items() if k not in consumed)
     origin = Origin(
         parts=parts,
@@ -513,6 +565,8 @@ def _story(raw: object, parts: Parts, position: int,
         title_key="description" if title is not None and title is not raw.get("title")
         else "title",
         done_key=done_key,
+        depends_key=depends_key,
+        depends_string=depends_string,
     )
     return story, origin
 
@@ -541,6 +595,15 @@ def _tally_notes(work: _Work, n_stories: int) -> list[str]:
         notes.append(f"single-string criteria for {plural(t['string-criteria'], 'story')}")
     if t["title-criteria"]:
         notes.append(f"criteria from titles for {plural(t['title-criteria'], 'story')}")
+    for key in DEPENDS_KEYS[1:]:
+        if t[f"depends-key:{key}"]:
+            notes.append(f"dependsOn from '{key}' for "
+                         f"{plural(t[f'depends-key:{key}'], 'story')}")
+    if t["string-depends"]:
+        notes.append(f"single-string dependencies for {plural(t['string-depends'], 'story')}")
+    if t["int-depends"]:
+        notes.append(f"integer dependency ids made strings for "
+                     f"{plural(t['int-depends'], 'story')}")
     for prefix in ("priority:", "status:"):
         for key, n in t.items():
             if key.startswith(prefix):
@@ -625,4 +688,8 @@ def source_path(parts: Parts, origins: tuple[Origin, ...]) -> Parts:
         return (*origin.parts, origin.title_key)
     if head == "passes" and origin.done_key == "status":
         return (*origin.parts, "status")
+    if head == "dependsOn":
+        if origin.depends_string:
+            return (*origin.parts, origin.depends_key)
+        return (*origin.parts, origin.depends_key, *tail)
     return (*origin.parts, *rest)

@@ -55,11 +55,52 @@ _FIELD_NOTES: dict[tuple[str, str], str] = {
     ("*", "text"): "What the criterion says, in words; shown with its results.",
 }
 
+#: The section on ``dependsOn`` (said here, not in the schema), after the story keys.
+_DEPENDENCIES = [
+    "## Dependencies between stories",
+    "",
+    "A story lists the ids of the stories it depends on in `dependsOn` (the keys "
+    "`dependencies` and `depends_on` of other PRD tools are read as `dependsOn`; a single "
+    "string is one id). In a parallel run, a story starts only once every story it depends on "
+    "is merged, its criteria verified; a story without `dependsOn` is independent and may run "
+    "beside any other. Among the stories that may start, the lowest `priority` goes first, "
+    "then file order. Priorities never hold a story back: to say that stories must be worked "
+    "one after another, chain them with `dependsOn`:",
+    "",
+    "```json",
+    '{"userStories": [',
+    '  {"id": "US-001", "title": "Schema", "acceptanceCriteria": ["..."]},',
+    '  {"id": "US-002", "title": "API", "acceptanceCriteria": ["..."], '
+    '"dependsOn": ["US-001"]},',
+    '  {"id": "US-003", "title": "UI", "acceptanceCriteria": ["..."], '
+    '"dependsOn": ["US-002"]}',
+    "]}",
+    "```",
+    "",
+    "Loading a PRD checks only the form of `dependsOn` (a list of identifiers), so a plain "
+    "`pytest prd.json` never fails over it. The parallel run and `pytest --ralph-plan` refuse, "
+    "naming the file, the line and the story's key, a dependency on an id that is no story of "
+    "the PRD, a story that depends on itself, and a cycle (`US-001 -> US-003 -> US-001`). "
+    "Top-level groupings of other tools (`waves` with `depends_on_wave`) are not read: the "
+    "stories' own lists say the same.",
+    "",
+    "`pytest --ralph-plan [PRD]` prints the plan as one line of JSON, for a CI matrix "
+    "(`fromJSON(...).include` in GitHub Actions): `prd` (its path from the rootdir), "
+    "`waves` (lists of story ids; a wave's stories depend only on stories of earlier waves) "
+    "and `include`, one entry per story with `story`, `title`, `branch` (`ralph/<id>`, made a "
+    "valid git branch name), `wave` and `dependsOn`. Every story is planned: `passes: true` "
+    "is the story's claim, not a verification. A PRD that cannot be loaded, or whose "
+    "dependencies cannot be followed, is exit 4 with the problems on stderr and nothing on "
+    "stdout; no PRD, or one without stories, is exit 5.",
+    "",
+]
+
 _TYPE_WORDS = {"string": "string", "integer": "integer", "number": "number",
                "boolean": "boolean (`true` or `false`)", "object": "object",
                "array": "list", "null": "null"}
 
-_REF_PLURALS = {"story": "stories ([keys](#story-keys))",
+_REF_PLURALS = {"id": "identifiers ([rules](#identifiers))",
+                "story": "stories ([keys](#story-keys))",
                 "criterion": "criteria ([kinds](#criteria))"}
 
 _REF_WORDS = {"id": "identifier ([rules](#identifiers))",
@@ -231,6 +272,8 @@ def prd_format_markdown(schema: dict[str, Any]) -> str:
     if "description" in story:
         out += [story["description"], ""]
     out += [*_table("story", story, defs), "", _extra_keys(story), ""]
+    if "dependsOn" in story.get("properties", {}):
+        out += _DEPENDENCIES
 
     ident = defs.get("id", {})
     out += ["## Identifiers", "",

@@ -29,20 +29,20 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from .dialects import CRITERIA_KEYS, STORY_CONTAINERS, Normalized, Origin
+from .dialects import CRITERIA_KEYS, DEPENDS_KEYS, STORY_CONTAINERS, Normalized, Origin
 
 __all__ = ["CHECK_FIELDS", "STORY_VOCABULARY", "TOP_VOCABULARY", "FastRules", "fast_normalize",
            "misspelt", "regex_problem"]
 
 #: Story keys the dialect rules read; a story holding one besides its canonical keys takes
 #: the full path (e.g. ``status`` next to ``passes``).
-_DIALECT_STORY_KEYS = frozenset([*CRITERIA_KEYS, "status"])
+_DIALECT_STORY_KEYS = frozenset([*CRITERIA_KEYS, *DEPENDS_KEYS[1:], "status"])
 
 #: Top-level keys the dialect rules read.
 _DIALECT_TOP_KEYS = frozenset([*STORY_CONTAINERS, "phases", "projectName", "name"])
 
 _STORY_KEYS = frozenset(["id", "title", "description", "acceptanceCriteria", "priority",
-                         "passes", "notes"])
+                         "passes", "notes", "dependsOn"])
 
 #: Built-in check keys -> the kind's own keys (besides ``id`` and ``text``), from the
 #: schema's criterion branches; ``tests/prd/test_canonical.py`` compares them with the schema.
@@ -221,6 +221,8 @@ def _normalize(data: object, rules: FastRules) -> Normalized | None:
             return None
         seen.add(id(criteria))
         _criteria(criteria, rules, seen)
+        if "dependsOn" in story:
+            _depends_on(story["dependsOn"], rules, seen)
         complete = True
         for key, value in story.items():
             if key in _STORY_KEYS:
@@ -249,6 +251,16 @@ def _normalize(data: object, rules: FastRules) -> Normalized | None:
         origins=tuple(Origin(("userStories", i), done_key="passes" if "passes" in story else "")
                       for i, story in enumerate(stories)),
     )
+
+
+def _depends_on(value: object, rules: FastRules, seen: set[int]) -> None:
+    """Raise :class:`_Slow` unless ``value`` is a list of valid ids (a string, ``null``,
+    integer ids: the dialect rules normalize them)."""
+    if type(value) is not list or id(value) in seen:
+        raise _Slow
+    seen.add(id(value))
+    if not all(_valid_id(v, rules) for v in value):
+        raise _Slow
 
 
 def _completed(story: dict[str, Any]) -> dict[str, Any]:

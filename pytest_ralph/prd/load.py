@@ -472,6 +472,8 @@ def _build_stories(raw: list[dict[str, Any]], where: Locator) -> Iterator[Story]
             json_path=sjp,
             line=DeferredLine(find, sjp),
             done_key=origin.done_key,
+            depends_on=tuple(s.get("dependsOn", ())),
+            depends_key=origin.depends_key,
         )
 
 

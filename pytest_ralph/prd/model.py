@@ -142,6 +142,12 @@ class Story:
             may be given as a :class:`DeferredLine`).
         done_key: what the story's claim was read from: ``"passes"``, ``"status"`` (a
             dialect: ``status: done`` and the like), or ``""`` when it has neither.
+        depends_on: the ids of the stories this one depends on (``dependsOn``), in file
+            order; ``()`` when it depends on none. Loading checks only their form; that each
+            names another story, and that they make no cycle, is checked by the parallel
+            run (:func:`pytest_ralph.parallel.plan.check`).
+        depends_key: the key ``depends_on`` was read from: ``"dependsOn"``, or a dialect's
+            ``"dependencies"`` / ``"depends_on"``.
     """
 
     id: str
@@ -155,6 +161,8 @@ class Story:
     json_path: str = ""
     line: _LineField = _LineField()
     done_key: str = "passes"
+    depends_on: tuple[str, ...] = ()
+    depends_key: str = "dependsOn"
 
     @property
     def order_key(self) -> tuple[int, int, int]:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from .dialects import CRITERIA_KEYS, STORY_CONTAINERS, describe, json_path
+from .dialects import CRITERIA_KEYS, DEPENDS_KEYS, STORY_CONTAINERS, describe, json_path
 from .errors import (
     ALIAS_EXPANSION,
     MAX_DEPTH,
@@ -305,6 +305,10 @@ def _problem(err: jsonschema.ValidationError, where: Locator) -> Problem:
         hint = "keep 'run'"
     else:
         msg = err.message
+    if not hint and "dependsOn" in err.absolute_path:
+        hint = ('list the ids of the stories it depends on, e.g. ["US-001", "US-002"] (the '
+                "dependsOn of a story: also read from 'dependencies' and 'depends_on'; rename "
+                "the key if it means something else)")
     return Problem(jp, msg, line, col, hint)
 
 
@@ -457,7 +461,8 @@ def misspelt_key_problems(raw: dict[str, Any], data: dict[str, Any],
         ((), raw, "at the top level", TOP_VOCABULARY)]
     places += [(("userStories", pos), where.raw(("userStories", pos)), "in a story",
                 STORY_VOCABULARY) for pos in range(len(data["userStories"]))]
-    skip = {*STORY_CONTAINERS, "phases", "projectName", "name", *CRITERIA_KEYS, "status"}
+    skip = {*STORY_CONTAINERS, "phases", "projectName", "name", *CRITERIA_KEYS, "status",
+            *DEPENDS_KEYS}
     for parts, obj, what, known in places:
         if not isinstance(obj, dict):
             continue

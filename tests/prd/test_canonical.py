@@ -106,6 +106,12 @@ MUTATIONS: list[tuple[str, list[tuple[tuple[Any, ...], Any]]]] = [
     ("status without passes", [((*S0, "passes"), MISSING), ((*S0, "status"), "done")]),
     ("steps", [((*S0, "steps"), ["a"])]),
     ("story extra", [((*S0, "dependsOn"), ["US-002"])]),
+    *[(f"dependsOn {value!r}", [((*S0, "dependsOn"), value)])
+      for value in [None, "US-002", " ", [], [7], ["US 2"], ["US-404"], ["US-001"], {}, 3]],
+    ("dependencies", [((*S0, "dependencies"), ["US-002"])]),
+    ("depends_on", [((*S0, "depends_on"), ["US-002"])]),
+    ("dependsOn and depends_on", [((*S0, "dependsOn"), ["US-002"]),
+                                  ((*S0, "depends_on"), ["US-001"])]),
     ("story extra nested", [((*S0, "meta"), {"a": [{"b": [1, 2, {"c": None}]}]})]),
     ("story extra deep", [((*S0, "deep"), json.loads("[" * 40 + "]" * 40))]),
     ("story extra nan", [((*S0, "score"), float("nan"))]),

@@ -760,12 +760,13 @@ CORPUS_EXPECTED: dict[str, tuple[int, int, str, str] | tuple[str, str]] = {
         4, 23, "project-object+features+title-from-description+steps+status", "$.features"),
     "items-with-steps.json": (
         77, 430, "name+items+title-from-description+steps_to_verify+position-ids", "$.items"),
-    "korean-waves.json": (8, 65, "canonical", "$.userStories"),
-    "large-71-stories.json": (71, 453, "projectName", "$.userStories"),
+    "korean-waves.json": (8, 65, "depends_on", "$.userStories"),
+    "large-71-stories.json": (71, 453, "projectName+dependencies", "$.userStories"),
     "mixed-id-and-priority-types.json": (
         3, 9, "stories+acceptance+int-ids+word-priority+status", "$.stories"),
     "phases-nested-stories.json": (
-        100, 270, "phases+acceptance+P-priority+title-criteria", "$.phases[].stories"),
+        100, 270, "phases+acceptance+P-priority+depends_on+title-criteria",
+        "$.phases[].stories"),
     "snarktank-example.json": (4, 17, "canonical", "$.userStories"),
     "top-level-array.json": (8, 8, "top-level-array+title-criteria", "$"),
     "yaml-acceptance-tests.yaml": (f"no stories found: expected {TOP}; found keys: ",
