@@ -39,6 +39,8 @@ LAYERS: tuple[str, ...] = (
     "state",     # the state folder and the run history
     "loop",      # the Ralph loop: the engine and the pytest --ralph controller
     "claude",    # Claude Code: the Stop hook and its driver
+    "parallel",  # parallel stories: the plan, git worktrees per lane (only commands, plugin
+                 # import it)
     "commands",  # the one-shot verbs: --ralph-status, --ralph-cancel, --ralph-init, --ralph-doctor
     "plugin",    # the pytest layer: the only folder that imports pytest
 )
