@@ -57,6 +57,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..util.git import git_env
 from ..util.process import run_in_group
 
 #: Seconds each git command may take.
@@ -67,18 +68,6 @@ GIT_OUTPUT_BYTES = 1024 * 1024
 
 #: Width given to ``git diff --stat``.
 STAT_WIDTH = 100
-
-#: Variables that make git use another repository, work tree, index or object store than
-#: the one at ``-C <root>`` (``git rev-parse --local-env-vars``, plus a few of the same kind).
-_REPO_ENV = (
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS",
-    "GIT_CONFIG_COUNT", "GIT_OBJECT_DIRECTORY", "GIT_DIR", "GIT_WORK_TREE",
-    "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE", "GIT_INDEX_FILE", "GIT_NO_REPLACE_OBJECTS",
-    "GIT_REPLACE_REF_BASE", "GIT_PREFIX", "GIT_SHALLOW_FILE", "GIT_COMMON_DIR",
-    "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES", "GIT_DISCOVERY_ACROSS_FILESYSTEM",
-    "GIT_LITERAL_PATHSPECS", "GIT_GLOB_PATHSPECS", "GIT_NOGLOB_PATHSPECS",
-    "GIT_ICASE_PATHSPECS", "GIT_EXTERNAL_DIFF", "GIT_DIFF_OPTS",
-)
 
 #: ``-c`` options of every git command: nothing that writes outside the temporary index,
 #: starts a daemon or changes the output's form.
@@ -96,11 +85,7 @@ _OBJECT_ID = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
 
 
 def _env(index: Path | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _REPO_ENV}
-    for k in [k for k in env if k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))]:
-        del env[k]
-    env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", PAGER="cat",
-               LC_ALL="C", LANG="C", GIT_ADVICE="0")
+    env = git_env()
     if index is not None:
         env["GIT_INDEX_FILE"] = str(index)
     return env
