@@ -28,6 +28,7 @@ Standard library only; does not import pytest.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -157,7 +158,36 @@ def install_hook(rootdir: Path, *, python: str, scope: str | None = None,
                               "environment runs it")
     elif target == "local":
         _exclude(root, files["local"], done)
+    if target == "project":
+        missing = _missing_here(command, root)
+        if missing:
+            done.warnings.append(missing)
     return done
+
+
+def _missing_here(command: str, root: Path) -> str:
+    """A warning when the portable ``command`` cannot start in this clone: the interpreter it
+    names under ``$CLAUDE_PROJECT_DIR`` is not there, or :data:`HOOK_SCRIPT` is not on this
+    ``PATH``; ``""`` when it can (or the command is not one of those two forms)."""
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return ""
+    if not argv:
+        return ""
+    prefix = "$CLAUDE_PROJECT_DIR/"
+    if argv[0].startswith(prefix):
+        exe = root / argv[0][len(prefix):]
+        if os.path.isfile(exe) and os.access(exe, os.X_OK):
+            return ""
+        return (f"the Stop hook in {settings_path(root, 'project')} runs {exe}, which this "
+                "clone does not have, so Claude Code's stops here will fail: create the "
+                "project's virtual environment there and install pytest-ralph into it")
+    if argv[0] == HOOK_SCRIPT and shutil.which(HOOK_SCRIPT) is None:
+        return (f"the Stop hook in {settings_path(root, 'project')} runs {HOOK_SCRIPT}, which "
+                "is not on this PATH: install pytest-ralph where Claude Code finds its "
+                "scripts, or add the folder of this interpreter's scripts to PATH")
+    return ""
 
 
 def _keep_wrapped(root: Path, files: dict[str, Path], found: dict[str, list[str]],
@@ -226,7 +256,9 @@ def exclude_from_git(root: Path, path: Path) -> str:
         is in no git work tree, git is not installed, or ``path`` is ignored already).
 
     Raises:
-        GitExcludeError: git failed or timed out, or the exclude file cannot be written.
+        GitExcludeError: git failed or timed out, the exclude file cannot be written, or
+            ``path`` is tracked by git (no ignore rule hides it; the message says how to stop
+            tracking it).
     """
     top = _git(root, "rev-parse", "--show-toplevel", missing_ok=True)
     if top is None:
@@ -237,6 +269,13 @@ def exclude_from_git(root: Path, path: Path) -> str:
         rel = real.relative_to(Path(os.path.realpath(top_dir))).as_posix()
     except ValueError:
         return ""  # not under the work tree git found
+    if _git(top_dir, "ls-files", "--error-unmatch", "--", rel, ok=(0, 1),
+            want_status=True) == "0":
+        raise GitExcludeError(
+            f"{rel} is tracked by git (it was committed), so no ignore rule hides it: this "
+            "machine's interpreter path in it goes into your next commit of that file; stop "
+            f"tracking it with `git rm --cached {shlex.quote(rel)}` (the file stays), or put "
+            "the hook in the shared file with `--ralph-hook-scope project`")
     if _git(top_dir, "check-ignore", "-q", "--", rel, ok=(0, 1), want_status=True) == "0":
         return ""
     where = _git(top_dir, "rev-parse", "--git-path", "info/exclude")

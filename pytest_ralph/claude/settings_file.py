@@ -213,7 +213,13 @@ def is_plain_hook_command(command: object) -> bool:
             len(argv) == 3 or argv[1] in ("-P", "-I")):
         # The portable form: the project's own interpreter, under $CLAUDE_PROJECT_DIR.
         exe = argv[0].removeprefix(_PROJECT_DIR_PREFIX)
-        return not any(c in exe for c in "<>|&;$`")
+        if not any(c in exe for c in "<>|&;$`"):
+            return True
+        # A path holding shell characters is ours only when quoted as we write it
+        # (:func:`shlex.quote`), so that the shell reads it as text.
+        word = ('"$CLAUDE_PROJECT_DIR"/' + shlex.quote(exe)
+                if argv[0].startswith(_PROJECT_DIR_PREFIX) else shlex.quote(argv[0]))
+        return command.strip() == " ".join([word, *argv[1:]])
     if len(argv) == 1:
         name = argv[0].replace("\\", "/").rsplit("/", 1)[-1]
         return name in (HOOK_SCRIPT, HOOK_SCRIPT + ".exe")

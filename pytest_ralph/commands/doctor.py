@@ -369,6 +369,13 @@ def _check_command(rep: DoctorReport, command: str, root: Path, env: Mapping[str
         rep.problem(f"cannot read the hook command `{command}`: {exc}",
                     f"{_INIT} with a correctly quoted interpreter path")
         return
+    if exe.problem and "CLAUDE_PROJECT_DIR" in exe.word:
+        rep.problem(exe.problem, "this is the team's portable command (in the shared "
+                                 "settings file): create the project's virtual environment "
+                                 "at that path in this clone and install pytest-ralph into "
+                                 "it (`--ralph-init` keeps a portable command as it is)")
+        rep.skipped(f"running `{command}` (its executable cannot run)")
+        return
     if exe.problem:
         rep.problem(exe.problem, "run `pytest --ralph-init --ralph-driver claude` with an "
                                  "interpreter that has pytest-ralph installed: it rewrites "
@@ -467,6 +474,12 @@ def find_executable(command: str, *, cwd: Path, env: Mapping[str, str],
     literal = Path(word) if Path(word).is_absolute() else cwd / word
     if ("$" in word or word.startswith("~")) and literal.is_file():
         return Executable(word, literal)  # a quoted path that holds `$` or `~` as text
+    project = env.get("CLAUDE_PROJECT_DIR")
+    if project and word.startswith("$CLAUDE_PROJECT_DIR/"):
+        rest = word[len("$CLAUDE_PROJECT_DIR/"):]
+        inside = Path(project) / rest
+        if "$" in rest and inside.is_file():  # the rest of the path holds `$` as quoted text
+            return Executable(word, inside)
     unset = [m.group(1) or m.group(2) for m in _VARIABLE.finditer(word)
              if (m.group(1) or m.group(2)) not in env]
     if unset:

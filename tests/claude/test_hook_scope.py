@@ -437,3 +437,62 @@ def test_doctor_finds_the_hook_in_settings_local_json_alone(project: Project) ->
     assert doctor.returncode == 0, doctor.text
     assert f"ok: pytest-ralph Stop hook in {project.settings_file}" in doctor.text
     assert "settings.json does not exist" not in doctor.text
+
+
+# -- what a red-team run found: shell characters, a tracked local file, a missing venv ----------
+
+
+def test_a_venv_folder_with_shell_characters_stays_ours_across_inits(
+        project: Project) -> None:
+    python = str(linked_venv(project.root / "v$x;y"))
+    done = _init(project, "--ralph-hook-scope", "project", python=python)
+    assert done.returncode == 0, done.text
+    expected = (f"\"$CLAUDE_PROJECT_DIR\"/'v$x;y/bin/python' {SAFE_PATH_FLAG} -m "
+                "pytest_ralph.hook")
+    assert _ours(project.project_settings) == [expected]
+
+    again = _init(project, python=python)  # still recognised as ours: kept, not "yours"
+    assert again.returncode == 0, again.text
+    assert "of yours" not in again.text
+    assert f"the pytest-ralph Stop hook is already in {project.project_settings}" in again.stdout
+
+    doctor = _doctor(project, python=python)
+    assert doctor.returncode == 0, doctor.text
+    assert f"ok: the hook's executable {project.root}/v$x;y/bin/python exists" in doctor.text
+
+    moved = _init(project, "--ralph-hook-scope", "local", python=python)
+    assert moved.returncode == 0, moved.text
+    assert _ours(project.project_settings) == []
+    assert len(_ours(project.settings_file)) == 1
+
+
+def test_a_settings_local_json_git_tracks_is_a_warning_not_an_ignore_line(
+        make_project: Callable[..., Project], tmp_path: Path) -> None:
+    project = make_project("app", git=True)
+    _write(project.settings_file, {"permissions": {"allow": ["Read"]}})
+    assert _git(tmp_path, "add", "app/.claude/settings.local.json").returncode == 0
+    done = _init(project)
+    assert done.returncode == 0, done.text
+    assert ("pytest-ralph: warning: app/.claude/settings.local.json is tracked by git (it was "
+            "committed), so no ignore rule hides it") in done.stdout
+    assert "git rm --cached app/.claude/settings.local.json" in done.stdout
+    assert "so that git ignores" not in done.stdout
+    exclude = tmp_path / ".git" / "info" / "exclude"
+    assert "settings.local.json" not in exclude.read_text("utf-8")
+
+
+def test_a_teammates_portable_command_this_clone_cannot_run_is_said(project: Project) -> None:
+    _write(project.project_settings, _stop(PORTABLE))  # no .venv in this clone
+    done = _init(project)
+    assert done.returncode == 0, done.text
+    assert (f"pytest-ralph: warning: the Stop hook in {project.project_settings} runs "
+            f"{project.root}/.venv/bin/python, which this clone does not have") in done.stdout
+    doctor = _doctor(project)
+    assert doctor.returncode != 0, doctor.text
+    assert "create the project's virtual environment at that path in this clone" in doctor.text
+    assert "it rewrites the command" not in doctor.text
+
+    _venv(project)  # once the venv is there, nothing more is said
+    fine = _init(project)
+    assert fine.returncode == 0, fine.text
+    assert "warning" not in fine.stdout
