@@ -564,12 +564,22 @@ class MergeQueue:
             raise QueueError(f"{what} names no commit in {self.repo.top}")
         return out.strip()
 
+    def branch_commit(self, branch: str) -> str:
+        """The commit ``branch`` names: a local branch (``ralph/US-001``, or
+        ``refs/heads/...``) or a remote-tracking one (``origin/ralph/US-001``).
+
+        Raises:
+            QueueError: it is neither (the message names the run's branches there are).
+        """
+        return self._branch_commit(branch)
+
     def _branch_commit(self, branch: str) -> str:
         name = branch.removeprefix("refs/heads/")
-        code, out, _ = self._git_at(self.repo.top, "rev-parse", "--verify", "-q",
-                                    f"refs/heads/{name}^{{commit}}", ok=(0, 1, 128))
-        if code == 0 and name:
-            return out.strip()
+        for ref in (f"refs/heads/{name}", f"refs/remotes/{name}"):  # origin/ralph/US-001 too
+            code, out, _ = self._git_at(self.repo.top, "rev-parse", "--verify", "-q",
+                                        f"{ref}^{{commit}}", ok=(0, 1, 128))
+            if code == 0 and name:
+                return out.strip()
         known = self._git_at(self.repo.top, "for-each-ref", "--format=%(refname:short)",
                              f"refs/heads/{BRANCH_PREFIX}/")[1].split()
         known = [b for b in known if b != self.branch]
