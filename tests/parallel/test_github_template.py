@@ -580,3 +580,34 @@ def test_the_template_ships_in_the_package() -> None:
     from pytest_ralph.loop.prompt import template_path
 
     assert template_path("github/ralph-parallel.yml").read_bytes() == TEMPLATE.read_bytes()
+
+
+def test_a_later_wave_plans_only_its_stories(github: Callable[..., GitHub]) -> None:
+    gh = github([story_of("US-1"), story_of("US-2"), story_of("US-3", "US-1")], wave="1")
+    plan = gh.run_job(load_template(), "plan")
+    assert plan.ok, plan.log()
+    assert (plan.outputs["count"], plan.outputs["branches"]) == ("1", "ralph/US-3")
+    assert json.loads(plan.outputs["matrix"]) == {"include": [
+        {"story": "US-3", "title": "story US-3", "branch": "ralph/US-3", "wave": 1,
+         "dependsOn": ["US-1"]}]}
+    assert "| 1 (this run) | US-3 |" in plan.summary
+
+
+def test_a_lane_that_does_not_finish_still_pushes_its_work(
+        github: Callable[..., GitHub], ralph_agent: AgentFactory, tmp_path: Path) -> None:
+    """An agent that writes the wrong text: the loop step fails the job after its one
+    iteration, and the push and upload steps (``if: always()``) still keep what it did."""
+    gh = github([story_of("US-1")], max_iterations="1")
+    gh.inputs["agent"] = ralph_agent({"files": {"US-1.txt": "not yet\n"}}).command
+    workflow = load_template()
+    plan = gh.run_job(workflow, "plan")
+    (entry,) = json.loads(plan.outputs["matrix"])["include"]
+    lane = gh.run_job(workflow, "lane", needs={"plan": plan}, matrix=entry)
+    assert not lane.ok
+    codes = {name: code for name, code, _ in lane.steps}
+    assert codes["Run the loop on the story"] != 0
+    assert codes["Commit and push the lane's branch"] == 0, lane.log()
+    assert (gh.artifacts / "ralph-state-US-1" / "runs").is_dir()
+    done = gate(gh.origin, "ralph/US-1", tmp_path / "check")
+    assert done.returncode == 1
+    assert (tmp_path / "check" / "US-1.txt").read_text(encoding="utf-8") == "not yet\n"
