@@ -543,16 +543,17 @@ def test_the_workflow_runs_to_pushed_lanes(github: Callable[..., GitHub],
         done = gate(gh.origin, f"ralph/{sid}", tmp_path / f"check-{sid}", "--ralph-story", sid)
         assert done.returncode == 0, done.stdout + done.stderr
         assert not (tmp_path / f"check-{sid}" / f"{other}.txt").exists()
-    # Until the template has its merge job: the lanes' branches merge by hand (as docs/ci.md
-    # says) into a branch where both stories' criteria pass.
-    merged = tmp_path / "merged"
-    git(tmp_path, "clone", "-q", str(gh.origin), str(merged))
-    git(merged, "merge", "-q", "--no-edit", "origin/ralph/US-1", "origin/ralph/US-2")
-    done = subprocess.run([sys.executable, "-m", "pytest", "prd.json", "-p", "no:cacheprovider",
-                           "--ralph-story", "US-1", "--ralph-story", "US-2"], cwd=merged,
-                          capture_output=True, text=True, timeout=300,
-                          env=clean_env(drop=("PYTEST_", "GITHUB_"), names=()))
+    merge_job = workflow["jobs"]["merge"]
+    ctx["needs"]["lane"] = {"outputs": {}, "result": "success"}
+    assert condition(merge_job, ctx)
+    merge = gh.run_job(workflow, "merge", needs={"plan": plan, "lane": lanes["US-1"]})
+    assert merge.ok, merge.log()
+    (integration,) = [b for b in remote_branches(gh.origin) if b.endswith("/integration")]
+    assert f"Pushed `{integration}`" in merge.summary
+    done = gate(gh.origin, integration, tmp_path / "merged", "--ralph-story", "US-1",
+                "--ralph-story", "US-2")
     assert done.returncode == 0, done.stdout + done.stderr
+    assert {"US-1.txt", "US-2.txt"} <= {p.name for p in (tmp_path / "merged").iterdir()}
     expected = [s for s in run_steps(workflow) if s not in NOT_RUN]
     assert sorted(set(gh.ran)) == sorted(expected)
 
