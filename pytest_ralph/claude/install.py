@@ -33,6 +33,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..util.git import git_env
 from .settings_file import (
     HOOK_SCRIPT,
     hook_command,
@@ -55,10 +56,6 @@ SETTINGS_FILES = {"project": Path(".claude") / "settings.json",
 
 #: Seconds each git command may take.
 GIT_TIMEOUT = 10.0
-
-# Variables that would point git at another repository than the project's.
-_GIT_REPO_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_INDEX_FILE",
-                 "GIT_CEILING_DIRECTORIES", "GIT_PREFIX", "GIT_NAMESPACE")
 
 
 @dataclass
@@ -287,9 +284,8 @@ def _git(cwd: Path, *args: str, ok: tuple[int, ...] = (0,), missing_ok: bool = F
     Raises:
         GitExcludeError: git timed out, could not start, or exited with a status not in ``ok``.
     """
-    env = {k: v for k, v in os.environ.items() if k not in _GIT_REPO_ENV}
-    env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", GIT_ASKPASS="",
-               SSH_ASKPASS="", LC_ALL="C")
+    env = git_env()
+    env.update(GIT_ASKPASS="", SSH_ASKPASS="")
     argv = ["git", "-C", str(cwd), *args]
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,

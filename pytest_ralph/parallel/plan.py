@@ -27,29 +27,19 @@ Pure: no I/O, no pytest; it imports only :mod:`pytest_ralph.prd`.
 from __future__ import annotations
 
 import difflib
-import re
-import unicodedata
-import zlib
 from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
 from ..prd.errors import PRDError, Problem
 from ..prd.model import PRD, Story
+from .names import BRANCH_PREFIX, lane_key
 
 __all__ = ["BRANCH_PREFIX", "branch_name", "branch_names", "check", "dependency_problems",
            "matrix", "ready", "stuck", "waves"]
 
-#: The prefix of the branch of a story's lane in a plan: ``ralph/US-001``.
-BRANCH_PREFIX = "ralph"
-
 #: How many story ids a message about an unknown id lists before "... and N more".
 LISTED_IDS = 10
-
-#: Longest branch component made from a story id, in characters (hash suffix included).
-KEY_LENGTH = 64
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,24 +298,11 @@ def stuck(prd: PRD, blocked: Collection[str]) -> dict[str, str]:
 
 
 def branch_name(story_id: str) -> str:
-    """The branch of a story's lane: ``ralph/<key>``, ``key`` made of ``story_id`` so that
-    git accepts it as a ref name: letters, digits, ``.``, ``_`` and ``-`` only (accents
-    dropped, anything else ``-``), no ``..``, no leading or trailing ``.`` or ``-``, no
-    trailing ``.lock``, at most :data:`KEY_LENGTH` characters. An id that had to change gets
-    ``-<8 hex digits>`` of a CRC-32 of the id, so that ``US 1`` and ``US-1`` differ.
-    ``US-001`` gives ``ralph/US-001``. Deterministic; :func:`branch_names` makes a PRD's
-    branches unique."""
-    plain = unicodedata.normalize("NFKD", story_id)
-    plain = "".join(c for c in plain if not unicodedata.combining(c))
-    key = _UNSAFE.sub("-", plain)
-    key = re.sub(r"\.{2,}", ".", key)
-    key = re.sub(r"-{2,}", "-", key).strip(".-")
-    while key.endswith(".lock"):
-        key = key[: -len(".lock")].rstrip(".-")
-    if key != story_id or not 0 < len(key) <= KEY_LENGTH:
-        digest = f"{zlib.crc32(story_id.encode('utf-8', 'surrogatepass')):08x}"
-        key = f"{key[: KEY_LENGTH - 9].rstrip('.-')}-{digest}" if key else digest
-    return f"{BRANCH_PREFIX}/{key}"
+    """The branch of a story's lane in a CI matrix: ``ralph/<key>``, ``key`` being
+    :func:`pytest_ralph.parallel.names.lane_key` of ``story_id`` (a valid ref name; an id that
+    had to change gets a short hash, so that ``US 1`` and ``US-1`` differ). ``US-001`` gives
+    ``ralph/US-001``. Deterministic; :func:`branch_names` makes a PRD's branches unique."""
+    return f"{BRANCH_PREFIX}/{lane_key(story_id)}"
 
 
 def branch_names(ids: Iterable[str]) -> dict[str, str]:

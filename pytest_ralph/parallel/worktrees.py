@@ -33,17 +33,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import tempfile
 import time
-import unicodedata
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..util.git import git_env
 from ..util.process import run_in_group
+from .names import BRANCH_PREFIX, KEY_LENGTH, lane_key  # noqa: F401  (part of the API)
 
 #: Seconds each git command may take (a worktree checkout of a large project included).
 GIT_TIMEOUT = 120.0
@@ -54,9 +52,6 @@ STATE_DIR = ".pytest_ralph"
 #: The folder of the state folder that holds the lanes' worktrees, one folder per run.
 LANES = "lanes"
 
-#: The prefix of every lane branch: ``ralph/<run_id>/<key>``.
-BRANCH_PREFIX = "ralph"
-
 #: The identity of a lane's commit when git has none configured (``-c``, never written).
 FALLBACK_NAME = "pytest-ralph"
 FALLBACK_EMAIL = "pytest-ralph@localhost"
@@ -64,16 +59,12 @@ FALLBACK_EMAIL = "pytest-ralph@localhost"
 #: How many uncommitted paths :func:`preflight`'s message names before "... N more".
 LISTED_PATHS = 10
 
-#: Longest :func:`lane_key`, in characters (a short hash included when it was cut).
-KEY_LENGTH = 64
-
 #: ``-c`` settings of every git command: no hook, no daemon, no colour, no signing.
 _CONFIG = (
     "core.hooksPath=/dev/null", "core.fsmonitor=false", "core.quotePath=false",
     "color.ui=false", "gc.auto=0", "maintenance.auto=false", "commit.gpgsign=false",
 )
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 class ParallelUsageError(Exception):
@@ -252,26 +243,6 @@ def _uncommitted(top: Path, state: Path) -> list[str]:
 
 
 # -- names ------------------------------------------------------------------------------
-
-
-def lane_key(name: str) -> str:
-    """``name`` (a story or run id) as one valid component of a ref name and a folder name:
-    letters, digits, ``.``, ``_`` and ``-`` only, no ``..``, no leading ``.`` or ``-``, no
-    trailing ``.`` or ``.lock``, at most :data:`KEY_LENGTH` characters. Accented letters lose
-    their accents; any other character becomes ``-``. A name that had to change gets
-    ``-<8 hex digits>`` of a hash of the original, so that two ids never share a key
-    (``"US 1"`` and ``"US-1"`` differ). ``US-001`` stays ``US-001``."""
-    plain = unicodedata.normalize("NFKD", name)
-    plain = "".join(c for c in plain if not unicodedata.combining(c))
-    key = _UNSAFE.sub("-", plain)
-    key = re.sub(r"\.{2,}", ".", key)
-    key = re.sub(r"-{2,}", "-", key).strip(".-")
-    while key.endswith(".lock"):
-        key = key[: -len(".lock")].rstrip(".-")
-    if key == name and 0 < len(key) <= KEY_LENGTH:
-        return key
-    digest = f"{zlib.crc32(name.encode('utf-8', 'surrogatepass')):08x}"
-    return f"{key[: KEY_LENGTH - 9].rstrip('.-')}-{digest}" if key else digest
 
 
 def _names(repo: Repo, run_id: str, story_id: str) -> tuple[str, str, Path]:
