@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..loop.live import LIVE_NAME, read_live
 from ..state.folder import DB_NAME
-from .worktrees import LANES, lane_key
+from .names import lane_key
 
 #: The record of the current (or last) parallel run, in the state folder.
 RECORD = "parallel.json"
@@ -36,6 +37,16 @@ RECORD = "parallel.json"
 STOP_GRACE_SECONDS = 20.0
 
 _PHASE_LINE = re.compile(r"\[ralph (baseline|iteration (\d+)/(\d+))\]")
+
+
+#: The folder of the state folder that holds each parallel run's lane states and logs.
+PARALLEL = "parallel"
+
+
+def run_folder(state_dir: Path, run_id: str) -> Path:
+    """``<state>/parallel/<run>``: the lanes' state folders and logs, the cancel file and the
+    shared pause file of a run (the worktrees are elsewhere, in ``<state>/lanes``)."""
+    return state_dir / PARALLEL / lane_key(run_id)
 
 
 def clock(seconds: float) -> str:
@@ -148,19 +159,29 @@ class LaneView:
 
 
 def lane_phase(log: Path) -> tuple[str, int]:
-    """What a lane's log says it does: ``("iteration 2/5", 2)``, ``("baseline", 0)`` or
-    ``("starting", 0)``: the last phase heading the lane's ``pytest --ralph`` printed."""
+    """What a lane does and how many iterations it finished: ``("iteration 2/5: agent",
+    1)``. The phase comes from the live-state record of the lane's run (``live.json`` in its
+    state folder ``<key>.<attempt>.state`` beside the log), else from the last phase heading
+    in the log (``"baseline"``, ``"iteration 2/5"``; ``"starting"`` before any); the count
+    from the log's last iteration heading (each printed when its iteration ends)."""
     try:
         with open(log, "rb") as f:
             f.seek(max(0, os.path.getsize(log) - 20000))
             text = f.read().decode("utf-8", "replace")
     except OSError:
-        return "starting", 0
+        text = ""
     found = _PHASE_LINE.findall(text)
-    if not found:
-        return "starting", 0
-    phase, n, _ = found[-1]
-    return phase, int(n) if n else 0
+    phase, n = ("starting", 0) if not found else (found[-1][0], int(found[-1][1] or 0))
+    runs = log.with_name(log.name.removesuffix(".log") + ".state") / "runs"
+    with contextlib.suppress(OSError):
+        folders = sorted((p for p in runs.iterdir() if (p / LIVE_NAME).exists()),
+                         key=lambda p: p.name)
+        live = read_live(folders[-1]) if folders else None
+        if live is not None and live.get("running") is True:
+            title = str(live.get("title") or "").strip("[]").removeprefix("ralph ")
+            phase = f"{title}: {live.get('phase') or '?'}" if title else str(
+                live.get("phase") or phase)
+    return phase, n
 
 
 def history_cost(state: Path) -> float:
@@ -201,8 +222,12 @@ def status_lines(state_dir: Path) -> list[str]:
     lines = [f"parallel run {rec.run_id} ({how}), from {rec.branch or 'detached HEAD'} at "
              f"{rec.base[:12]}:"]
     for sid, st in rec.stories.items():
-        lines.append(f"  {sid}: {st['phase']}, attempt {st['attempt']}, "
-                     f"{st.get('iterations', 0)} iteration(s)"
+        phase, n = st["phase"], st.get("iterations", 0)
+        if phase == "running" and st.get("log"):
+            now, at = lane_phase(Path(st["log"]))
+            n += at
+            phase = f"{'running' if alive else 'stopped'} ({now})"
+        lines.append(f"  {sid}: {phase}, attempt {st['attempt']}, {n} iteration(s)"
                      + (f", branch {st['branch']}" if st.get("branch") else "")
                      + (f" ({st['why']})" if st.get("why") else ""))
     return lines
@@ -226,7 +251,7 @@ def cancel_parallel(state_dir: Path) -> str | None:
     if rec is None or rec.ended is not None or rec.controller is None or \
             not _pid_alive(rec.controller):
         return None
-    folder = Path(state_dir) / LANES / lane_key(rec.run_id)
+    folder = run_folder(Path(state_dir), rec.run_id)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "cancel").write_text("cancel\n", encoding="utf-8")
     with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -4,8 +4,10 @@ its lane, merged through the criteria-gated merge queue.
 Each lane (:mod:`pytest_ralph.parallel.worktrees`) is worked by a child process ``python -m
 pytest --ralph --ralph-story ID`` started in the lane's worktree, in a process group of its
 own, with a state folder of its own outside the worktree
-(``<state>/lanes/<run>/<key>.<attempt>.state``): the same loop engine, its own iteration
-count, streak, agent log and run history. The controller (:class:`Scheduler`):
+(``<state>/parallel/<run>/<key>.<attempt>.state``, its console output beside it in
+``<key>.<attempt>.log``; both kept when the lanes' worktrees are gone): the same loop
+engine, its own iteration count, streak, agent log and run history. The controller
+(:class:`Scheduler`):
 
 1. refuses what a parallel run cannot work on (:class:`ParallelUsageError`, exit 4): not a
    git repository, uncommitted changes, a dependency cycle or unknown id in ``dependsOn``;
@@ -66,10 +68,11 @@ from .lanerecord import (
     group_alive,
     history_cost,
     lane_phase,
+    run_folder,
     stop_group,
 )
+from .names import lane_key
 from .worktrees import (
-    LANES,
     Lane,
     ParallelUsageError,
     Repo,
@@ -78,7 +81,6 @@ from .worktrees import (
     commit_all,
     create_lane,
     find_lanes,
-    lane_key,
     preflight,
     remove_lane,
     repair,
@@ -374,7 +376,7 @@ class Scheduler:
                 st["attempt"]
             base = st.get("next_base") or rec.base
             lane = create_lane(repo, rec.run_id, story.id, base)
-        state = lane.path.with_name(f"{lane.key}.{st['attempt']}.state")
+        state = run_folder(self.o.state_dir, rec.run_id) / f"{lane.key}.{st['attempt']}.state"
         state.mkdir(parents=True, exist_ok=True)
         if st.get("prompt_extra") and not (state / "progress.txt").exists():
             (state / "progress.txt").write_text(st["prompt_extra"], encoding="utf-8")
@@ -397,7 +399,8 @@ class Scheduler:
         st.setdefault("states", [])
         if str(state) not in st["states"]:
             st["states"].append(str(state))
-        rec.timeline.append({"story": story.id, "attempt": st["attempt"], "event": "started",
+        rec.timeline.append({"story": story.id, "attempt": st["attempt"],
+                             "event": "resumed" if resume else "started",
                              "at": now - rec.started})
         self._save()
         self.view.say(f"pytest-ralph: lane {story.id}: {'resumed' if resume else 'started'}"
@@ -406,7 +409,8 @@ class Scheduler:
     def _lane_argv(self, story_id: str, lane: Lane, state: Path) -> list[str]:
         rel = self.o.prd_path.relative_to(lane.repo.project)
         argv = [self.o.python, *(["-P"] if sys.version_info >= (3, 11) else []), "-m",
-                "pytest", "--ralph", "--ralph-story", story_id, "--ralph-parallel", "1", "--ralph-prd", str(lane.project / rel),
+                "pytest", "--ralph", "--ralph-story", story_id, "--ralph-parallel", "1",
+                "--ralph-prd", str(lane.project / rel),
                 "--rootdir", str(lane.project), *self._inifile(lane), *self.o.lane_args]
         left = self._budget_left()
         if left is not None:
@@ -524,11 +528,11 @@ class Scheduler:
 
     def _cancel_file(self) -> Path:
         assert self.record is not None
-        return self.o.state_dir / LANES / lane_key(self.record.run_id) / "cancel"
+        return run_folder(self.o.state_dir, self.record.run_id) / "cancel"
 
     def _pause_file(self) -> Path:
         assert self.record is not None
-        return (self.o.state_dir / LANES / lane_key(self.record.run_id) /
+        return (run_folder(self.o.state_dir, self.record.run_id) /
                 f"pause-{lane_key(self.o.agent or 'agent')[:40]}.json")
 
     # -- the end -----------------------------------------------------------------------
