@@ -71,7 +71,7 @@ from .lanerecord import (
     run_folder,
     stop_group,
 )
-from .names import lane_key
+from .names import BRANCH_PREFIX, lane_key
 from .worktrees import (
     Lane,
     ParallelUsageError,
@@ -87,6 +87,9 @@ from .worktrees import (
 )
 
 __all__ = ["MERGE_ATTEMPTS", "Options", "Scheduler"]
+
+#: The key of the merge queue's integration branch, ``ralph/<run>/integration``.
+INTEGRATION = "integration"
 
 #: Merges a story may try before it is blocked.
 MERGE_ATTEMPTS = 2
@@ -217,6 +220,7 @@ class Scheduler:
         self.repo: Repo | None = None
         self.prd: PRD | None = None
         self._stopping = False
+        self.queue: Queue | None = None
 
     # -- set-up ------------------------------------------------------------------------
 
@@ -285,7 +289,7 @@ class Scheduler:
         self.repo, self.prd = repo, prd
         rec = self.record = self._open(repo, prd)
         self._save()
-        queue = self.queue_factory(repo, rec.run_id, rec.base)
+        queue = self.queue = self.queue_factory(repo, rec.run_id, rec.base)
         self.view.say(f"pytest-ralph: parallel run {rec.run_id}: "
                       f"{len(prd.stories)} stories, up to {self.o.parallel} lanes at once, "
                       f"from {rec.branch or 'a detached HEAD'} at {rec.base[:12]}; state "
@@ -491,7 +495,7 @@ class Scheduler:
             remove_lane(lane, keep_branch=True)
             return
         diff = _diff(lane)
-        st["prompt_extra"] = _retry_text(sid, outcome, text, diff)
+        st["prompt_extra"] = _retry_text(sid, outcome, _details(result, text), diff)
         st["next_base"] = str(getattr(queue, "head", "") or _integration_head(queue)
                               or rec.base)
         remove_lane(lane)
@@ -509,6 +513,10 @@ class Scheduler:
                                      self.record.started})
         self._save()
         self.view.say(f"pytest-ralph: story {sid} blocked: {why}")
+        block = getattr(self.queue, "block", None)
+        if callable(block) and st.get("branch"):
+            with contextlib.suppress(Exception):  # the queue's history only
+                block(sid, st["branch"], why)
 
     def _status(self) -> list[str]:
         now = time.time()
@@ -546,11 +554,24 @@ class Scheduler:
             rec.stories[sid].update(phase="held back", why=f"waits on blocked story {cause}")
         merged = self._ids("merged")
         all_merged = len(merged) == len(rec.stories)
-        finish = queue.finish(rec.branch, rec.base)
-        fin_text = _result_text(finish)
-        kept = cleanup(repo, rec.run_id, keep=frozenset(blocked))
+        forwarded = False
+        if rec.branch is None:
+            fin_text = ("the run started on a detached HEAD: merge the integration branch "
+                        f"by hand (git merge --no-ff {integration_of(rec.run_id)})")
+        else:
+            try:
+                finish = queue.finish(rec.branch, rec.base)
+            except Exception as exc:  # the queue's own error: say it, keep the branches
+                fin_text = f"the merge queue could not finish: {exc}"
+            else:
+                fin_text = _result_text(finish)
+                forwarded = getattr(finish, "outcome", "") == "fast-forwarded"
+        keep = set(blocked)
+        if merged and not forwarded:
+            keep.add(INTEGRATION)  # what the user merges by hand
+        kept = cleanup(repo, rec.run_id, keep=frozenset(keep))
         rec.ended = time.time()
-        ok = all_merged and bool(getattr(finish, "verified", True))
+        ok = all_merged and forwarded
         rec.result = "complete" if ok else "incomplete"
         self._save()
         report = self._write_report(prd, fin_text, kept)
@@ -565,8 +586,7 @@ class Scheduler:
         if fin_text:
             self.view.say(f"pytest-ralph: {fin_text}")
         if kept:
-            self.view.say(f"pytest-ralph: kept the blocked stories' branches: "
-                          f"{', '.join(kept)}")
+            self.view.say(f"pytest-ralph: branches kept: {', '.join(kept)}")
         self.view.say(f"pytest-ralph: report {report}")
         self.view.say(f"pytest-ralph: {'complete (exit 0)' if ok else 'incomplete (exit 1)'}")
         return EXIT_COMPLETE if ok else EXIT_INCOMPLETE
@@ -597,19 +617,45 @@ class Scheduler:
                          f"{q['outcome']} | {first} |")
         lines += ["", "## End", "", fin_text or "(nothing to say)"]
         if kept:
-            lines += ["", "Branches kept (blocked stories): " + ", ".join(kept)]
+            lines += ["", "Branches kept (blocked stories, the integration branch): "
+                      + ", ".join(kept)]
         path = self.o.state_dir / REPORT
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         return path
 
 
+def integration_of(run_id: str) -> str:
+    """The integration branch of run ``run_id``: ``ralph/<run key>/integration``."""
+    return f"{BRANCH_PREFIX}/{lane_key(run_id)}/{INTEGRATION}"
+
+
 def _result_text(result: Any) -> str:
-    """The words of a queue result: its ``message``, ``text``, ``detail`` or ``str``."""
-    for name in ("message", "text", "detail", "summary"):
+    """The words of a queue result: its ``line()``, else its ``summary``, ``message`` or
+    ``text``, else ``str``."""
+    line = getattr(result, "line", None)
+    if callable(line):
+        value = line()
+        if isinstance(value, str) and value:
+            return value
+    for name in ("summary", "message", "text"):
         value = getattr(result, name, None)
         if isinstance(value, str) and value:
             return value
     return "" if result is None or isinstance(result, str) else str(result)
+
+
+def _details(result: Any, text: str) -> str:
+    """``text`` and the lines a queue result names: the conflicting paths, the criteria that
+    regressed, the failures."""
+    out = [text]
+    for name, head in (("conflicts", "Conflicting paths (both this story and one merged "
+                                     "before it changed them):"),
+                       ("regressed", "Criteria that passed before the merge and fail after:"),
+                       ("failures", "Failures on the integration branch:")):
+        items = getattr(result, name, ())
+        if isinstance(items, (tuple, list)) and items:
+            out += ["", head, *(f"- {item}" for item in items)]
+    return "\n".join(out)
 
 
 def _integration_head(queue: Queue) -> str:

@@ -314,3 +314,65 @@ def test_two_stories_editing_the_same_lines(tmp_path: Path) -> None:
     report = (root / ".pytest_ralph" / "parallel-report.md").read_text()
     assert "| conflict |" in report
     assert len(worktrees(root)) == 1
+
+
+# -- the live view and --ralph-status, from real files ---------------------------------------
+
+
+def test_lane_phase_reads_the_last_heading_and_the_live_record(tmp_path: Path) -> None:
+    from pytest_ralph.parallel.lanerecord import lane_phase
+
+    log = tmp_path / "US-001.1.log"
+    assert lane_phase(log) == ("starting", 0)
+    log.write_text("[ralph baseline]\n  0/1 criteria passing\n")
+    assert lane_phase(log) == ("baseline", 0)
+    log.write_text(log.read_text() + "[ralph iteration 1/5]\n  Result: no change\n")
+    assert lane_phase(log) == ("iteration 1/5", 1)
+    run = tmp_path / "US-001.1.state" / "runs" / "20261203-000000-aaaaaa"
+    run.mkdir(parents=True)
+    (run / "live.json").write_text(json.dumps({"running": True, "phase": "agent",
+                                               "title": "[ralph iteration 2/5]"}))
+    assert lane_phase(log) == ("iteration 2/5: agent", 1)
+    (run / "live.json").write_text("{damaged")
+    assert lane_phase(log) == ("iteration 1/5", 1)
+
+
+def test_the_lane_view_redraws_one_line_per_lane_on_a_terminal() -> None:
+    import io
+
+    from pytest_ralph.parallel.lanerecord import LaneView
+
+    out = io.StringIO()
+    view = LaneView(out, tty=True)
+    view.draw(["  lane US-001 baseline 1.0s", "  lane US-002 iteration 1/5: agent 2.0s"])
+    view.say("pytest-ralph: queue: US-003 merged")
+    view.draw(["  lane US-001 iteration 1/5: check 3.0s"])
+    view.end()
+    text = out.getvalue()
+    assert text.count("\x1b[2F\x1b[J") == 1  # the two lines cleared before the event line
+    assert "\x1b[1F\x1b[J" in text  # and the one line at the end
+    assert text.index("US-002 iteration") < text.index("queue: US-003") < text.index(
+        "check 3.0s")
+    plain = io.StringIO()
+    LaneView(plain, tty=False).draw(["  lane US-001 baseline"])
+    assert plain.getvalue() == ""  # no terminal: the event lines only
+
+
+def test_status_lines_of_a_stopped_run(tmp_path: Path) -> None:
+    from pytest_ralph.parallel.lanerecord import Record, status_lines
+
+    assert status_lines(tmp_path) == []
+    log = tmp_path / "US-001.1.log"
+    log.write_text("[ralph iteration 1/5]\n")
+    rec = Record(run_id="r1", base="a" * 40, branch="main", prd="prd.json", started=0.0,
+                 controller=2**22 + 12345,  # no such process
+                 stories={"US-001": {"phase": "running", "attempt": 1, "iterations": 0,
+                                     "branch": "ralph/r1/US-001", "log": str(log)},
+                          "US-002": {"phase": "blocked", "attempt": 2, "iterations": 4,
+                                     "branch": "ralph/r1/US-002", "why": "conflict twice"}})
+    rec.save(tmp_path / "parallel.json")
+    assert status_lines(tmp_path) == [
+        "parallel run r1 (stopped (the same command resumes it)), from main at aaaaaaaaaaaa:",
+        "  US-001: stopped (iteration 1/5), attempt 1, 1 iteration(s), branch ralph/r1/US-001",
+        "  US-002: blocked, attempt 2, 4 iteration(s), branch ralph/r1/US-002 "
+        "(conflict twice)"]
