@@ -22,11 +22,14 @@ pytestmark = needs_git
 
 #: The agent of the lanes: for each `test -f NAME` criterion the prompt says fails, writes
 #: NAME (the story's id in it, so that the test can tell whose work it is) after sleeping
-#: AGENT_SLEEP seconds; each run is counted in AGENT_RUNS (one line per run).
+#: AGENT_SLEEP seconds; each run is counted in AGENT_RUNS (one line per file written) and,
+#: before it sleeps, in AGENT_RUNS.started.
 AGENT = r"""
 import os, re, sys, time
 prompt = sys.stdin.read()
 section = prompt.split("## Failing acceptance criteria", 1)[-1].split("\n## ", 1)[0]
+with open(os.environ["AGENT_RUNS"] + ".started", "a") as f:
+    f.write(os.getcwd() + "\n")
 time.sleep(float(os.environ.get("AGENT_SLEEP", "0")))
 story = re.search(r"/(US-\d+)\.\d+\.state/", os.environ["PYTEST_RALPH_PROMPT_FILE"])
 for name in re.findall(r"test -f (\S+?)`", section):
@@ -122,6 +125,12 @@ def wait_until(what: Any, timeout: float = 120.0) -> None:
             return
         time.sleep(0.2)
     raise AssertionError("timed out waiting")
+
+
+def started(tmp_path: Path) -> int:
+    """How many agent runs have started (the agents write a line before they sleep)."""
+    path = tmp_path / "agent-runs.txt.started"
+    return len(path.read_text().splitlines()) if path.exists() else 0
 
 
 def lane_pgids(root: Path) -> list[int]:
@@ -251,11 +260,7 @@ def test_kill_9_of_the_controller_then_the_same_command_resumes(tmp_path: Path) 
     root = project(tmp_path, stories)
     args = ("--ralph-parallel", "3", "--ralph-agent", agent(tmp_path))
     proc = start(root, tmp_path, *args, AGENT_SLEEP="6")
-    lanes = root / ".pytest_ralph" / "parallel"
-    wait_until(lambda: (root / ".pytest_ralph" / "parallel.json").exists() and
-               len(lane_pgids(root)) == 3 and
-               len(list(lanes.glob("*/*.log"))) == 3 and
-               all("[ralph iteration 1/" in p.read_text() for p in lanes.glob("*/*.log")))
+    wait_until(lambda: started(tmp_path) == 3)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     orphans = lane_pgids(root)
@@ -269,10 +274,15 @@ def test_kill_9_of_the_controller_then_the_same_command_resumes(tmp_path: Path) 
     assert "3/3 stories merged and verified" in out
     for i in range(1, 4):
         assert (root / f"f{i}.txt").read_text() == f"work of US-00{i}\n"
-    # each story's first iteration was interrupted, then resumed: one agent run per
-    # iteration that ran, none done twice after it was recorded
+    # each lane's iteration 1 was interrupted in its agent run (3 runs started), then
+    # resumed: its own run went on and did iteration 1 again (3 more runs), which finished
+    # once per story; no iteration was counted twice
+    assert started(tmp_path) == 6
+    assert len((tmp_path / "agent-runs.txt").read_text().splitlines()) == 3
     for st in record(root)["stories"].values():
-        assert st["phase"] == "merged" and st["attempt"] == 1
+        assert st["phase"] == "merged" and st["attempt"] == 1 and st["iterations"] == 1
+        log = Path(st["log"]).read_text()
+        assert "interrupted during iteration 1" in log and "resuming run" in log
     assert len(worktrees(root)) == 1
 
 
@@ -280,10 +290,7 @@ def test_cancel_stops_every_lane(tmp_path: Path) -> None:
     root = project(tmp_path, FOUR)
     proc = start(root, tmp_path, "--ralph-parallel", "4", "--ralph-agent", agent(tmp_path),
                  AGENT_SLEEP="60")
-    lanes = root / ".pytest_ralph" / "parallel"
-    wait_until(lambda: (root / ".pytest_ralph" / "parallel.json").exists() and
-               len(lane_pgids(root)) == 4 and
-               all("[ralph iteration 1/" in p.read_text() for p in lanes.glob("*/*.log")))
+    wait_until(lambda: started(tmp_path) == 4)
     groups = lane_pgids(root)
     cancel = subprocess.run([sys.executable, "-m", "pytest", "--ralph-cancel"], cwd=root,
                             env=env(tmp_path), text=True, capture_output=True, timeout=60)
