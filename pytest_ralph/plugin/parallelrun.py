@@ -80,8 +80,9 @@ def run_parallel(config: pytest.Config, settings: Settings) -> int:
         # the merge queue is built on its own branch (lane-queue): imported by name until
         # it is merged here
         queue = importlib.import_module("pytest_ralph.parallel.queue")
-        made: Queue = queue.MergeQueue(repo, run_id, base, queue.production_check(repo,
-                                                                                  settings))
+        prd_rel = options.prd_path.relative_to(repo.project)
+        made: Queue = queue.MergeQueue(repo, run_id, base,
+                                       queue.gate_check(prd_rel, python=sys.executable))
         return made
 
     return Scheduler(options, make_queue).run()

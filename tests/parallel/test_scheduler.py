@@ -32,7 +32,7 @@ with open(os.environ["AGENT_RUNS"] + ".started", "a") as f:
     f.write(os.getcwd() + "\n")
 time.sleep(float(os.environ.get("AGENT_SLEEP", "0")))
 story = re.search(r"/(US-\d+)\.\d+\.state/", os.environ["PYTEST_RALPH_PROMPT_FILE"])
-for name in re.findall(r"test -f (\S+?)`", section):
+for name in dict.fromkeys(re.findall(r"test -f (\S+?)`", section)):
     with open(name, "a") as f:
         f.write(f"work of {story.group(1) if story else '?'}\n")
     with open(os.environ["AGENT_RUNS"], "a") as f:
