@@ -33,8 +33,9 @@ Cases (``--only P1,P5`` selects cases; a prefix selects its sub-cases, ``P7`` = 
       (``-q --ralph-heartbeat 0``): ratio <= 1.05
 - P10b the controller's CPU time while an agent sleeps 20 s, over those 20 s: ratio <= 0.02
       (2% of one core)
-- P11 4 independent stories whose agent works 5 s each, ``--ralph-parallel 4`` vs
-      ``--ralph-parallel 1`` (each story in a lane, merged by the queue): ratio <= 0.4
+- P11 4 independent stories whose agent works 5 s each, ``--ralph-parallel 4`` (lanes and
+      the merge queue) vs ``--ralph-parallel 1`` (the loop, one story per iteration):
+      ratio <= 0.4
 
 Modes: the default (full) exits 1 on any FAIL. ``--quick`` uses smaller sizes and fewer
 repetitions (about 2 minutes) and fails only when a figure is more than twice its target
@@ -1118,11 +1119,20 @@ def git_project(folder: Path, stories: list[dict[str, Any]], env: dict[str, str]
     return folder
 
 
+#: P11's target, missed on a 2-core machine: each lane is a ``pytest --ralph`` of its own
+#: (start, baseline check phase, the agent, a check phase: about 3 s besides the agent, where
+#: the one loop spends about 1 s per story), four lanes share two cores, and the queue's gate
+#: runs once per merge, one at a time.
+P11_TARGET = Target("ratio", 0.4, missed=(0.55, "measured 0.55 (13.5 s vs 24.4 s) on 2 "
+                    "cores: four lanes' own pytest start and check phases share them"))
+
+
 def case_p11(ctx: Context) -> list[Result]:
     """P11: 4 independent stories (one ``test -f`` criterion each) whose agent works W
     seconds (5 in full mode) before it writes the file, ``pytest --ralph --ralph-parallel 4``
-    vs ``--ralph-parallel 1``, both through lanes and the merge queue, each in a fresh
-    repository: target ratio <= 0.4 (4 lanes at once cost little more than one story)."""
+    (four lanes, each merged through the criteria-gated queue) vs ``--ralph-parallel 1``
+    (today's loop: one story per iteration in the project itself), each in a fresh git
+    repository: target ratio <= 0.4."""
     work = ctx.sizes.p11_work
     stories = [{"id": f"S-{i}", "title": f"story {i}", "priority": i, "passes": False,
                 "acceptanceCriteria": [{"text": f"f{i} exists", "run": f"test -f f{i}.txt"}]}
@@ -1135,17 +1145,18 @@ def case_p11(ctx: Context) -> list[Result]:
         def once(i: int) -> float:
             folder = ctx.root / f"p11-{n}-{i}"
             git_project(folder, stories, ctx.env)
+            said = "4/4 stories merged and verified" if n > 1 else "complete (exit 0)"
             elapsed, _ = run([PY, "-m", "pytest", "-p", "no:cacheprovider", "--ralph",
                               "--ralph-parallel", str(n), "--ralph-agent", agent,
-                              "--ralph-max-iterations", "2"], folder, ctx.env, expect=0,
-                             must_say="4/4 stories merged and verified")
+                              "--ralph-max-iterations", "5"], folder, ctx.env, expect=0,
+                             must_say=said)
             shutil.rmtree(folder, ignore_errors=True)
             return elapsed
         return once
 
     a, b = interleave(ctx.reps(min(ctx.sizes.reps, 3)), lanes(4), lanes(1))
     return [timed_pair("P11", f"4 stories, agent works {work:g} s each: --ralph-parallel 4 "
-                              f"vs 1 (median of {len(a)})", Target("ratio", 0.4), a, b)]
+                              f"vs 1 (median of {len(a)})", P11_TARGET, a, b)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1166,7 +1177,7 @@ TARGETS = {"P1": Target("ratio", 1.0), "P2": Target("ratio", 1.5), "P3": Target(
            "P6b": Target("figure", 0.1, "s"), "P7a": Target("ratio", 0.2),
            "P7b": Target("ratio", 0.5), "P8": P8_TARGET, "P9": P9_TARGET,
            "P10a": Target("ratio", 1.05), "P10b": Target("ratio", 0.02),
-           "P11": Target("ratio", 0.4)}
+           "P11": P11_TARGET}
 
 
 def select(only: str | None) -> list[str]:
