@@ -14,10 +14,14 @@ import re
 import unicodedata
 import zlib
 
-__all__ = ["BRANCH_PREFIX", "KEY_LENGTH", "lane_key"]
+__all__ = ["BRANCH_PREFIX", "INTEGRATION", "KEY_LENGTH", "lane_key"]
 
 #: The prefix of every branch of a parallel run: ``ralph/<key>`` or ``ralph/<run>/<key>``.
 BRANCH_PREFIX = "ralph"
+
+#: The last component of a run's integration branch, ``ralph/<run>/integration``, and the name
+#: of its worktree folder (:mod:`pytest_ralph.parallel.queue`); never a lane's key.
+INTEGRATION = "integration"
 
 #: Longest :func:`lane_key`, in characters (a short hash included when it was cut).
 KEY_LENGTH = 64

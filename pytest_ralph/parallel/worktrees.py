@@ -41,7 +41,7 @@ from pathlib import Path
 
 from ..util.git import git_env
 from ..util.process import run_in_group
-from .names import BRANCH_PREFIX, KEY_LENGTH, lane_key  # noqa: F401  (part of the API)
+from .names import BRANCH_PREFIX, INTEGRATION, KEY_LENGTH, lane_key  # noqa: F401  (API)
 
 #: Seconds each git command may take (a worktree checkout of a large project included).
 GIT_TIMEOUT = 120.0
@@ -249,6 +249,9 @@ def _names(repo: Repo, run_id: str, story_id: str) -> tuple[str, str, Path]:
     key = lane_key(story_id)
     run = lane_key(run_id)
     branch = f"{BRANCH_PREFIX}/{run}/{key}"
+    if key == INTEGRATION:
+        raise WorktreeError(f"story {story_id!r} would have the lane {branch}, the name of the "
+                            "run's integration branch: rename the story in the PRD")
     if _fails(repo.top, "check-ref-format", f"refs/heads/{branch}"):
         raise WorktreeError(f"{branch!r} is not a valid branch name (story {story_id!r}, "
                             f"run {run_id!r})")
@@ -361,7 +364,7 @@ def find_lanes(repo: Repo, run_id: str) -> list[Lane]:
     lanes = []
     for ref in sorted(out.split()):
         key = ref[len(prefix):]
-        if "/" in key:
+        if "/" in key or key == INTEGRATION:  # the merge queue's branch is no lane
             continue
         path = _run_dir(repo, run_id) / key
         record = _read_record(path)

@@ -221,6 +221,8 @@ def command(config: pytest.Config, flag: str) -> tuple[int, str]:
 
         return plan(config.rootpath, plan_prd(config) or settings.prd,
                     max_bytes=settings.max_prd_bytes)
+    if flag == "--ralph-merge":
+        return merge_command(config, settings)
     if flag == "--ralph-doctor":
         if getattr(command_line_options(config), "ralph_agent", None):
             return agent_doctor(config, settings)
@@ -240,6 +242,28 @@ def command(config: pytest.Config, flag: str) -> tuple[int, str]:
         return 0, "\n".join(lanes)
     code, text = status(settings.dir)
     return (code, "\n".join([text, *lanes])) if lanes else (code, text)
+
+
+def merge_command(config: pytest.Config, settings: Settings) -> tuple[int, str]:
+    """``--ralph-merge BRANCH...`` (:mod:`pytest_ralph.commands.merge`): the merge queue over
+    the path arguments (branches); its Markdown summary goes to ``GITHUB_STEP_SUMMARY`` when
+    set (a file that cannot be written is a warning). Its lines go to stdout for exit 0 and
+    1 (the merges were made), to stderr for bad input."""
+    from ..commands.merge import EXIT_NOT_MERGED, merge
+    from . import stepsummary
+
+    typed = getattr(config, "args_source", None) == pytest.Config.ArgsSource.ARGS
+    args = [str(a) for a in config.args if a] if typed else []
+    done = merge(config.rootpath, settings.prd, args,
+                 state_dir=settings.dir, max_bytes=settings.max_prd_bytes)
+    if stepsummary.target() is not None:
+        warning = stepsummary.append(done.markdown())
+        if warning:
+            err(f"pytest-ralph: warning: {warning}")
+    if done.code == EXIT_NOT_MERGED:
+        out(done.text)
+        return done.code, "pytest-ralph: --ralph-merge: not every story was merged"
+    return done.code, done.text
 
 
 def hook_scope(config: pytest.Config) -> tuple[str | None, str]:

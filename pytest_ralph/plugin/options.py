@@ -114,6 +114,13 @@ def add_options(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager
                          "earlier waves, by dependsOn) and one entry per story with its title, "
                          "branch, wave and dependsOn. Takes the PRD as its path argument, else "
                          "--ralph-prd, ini ralph_prd or discovery. (default: off)")
+    group.addoption("--ralph-merge", action="store_true", default=False,
+                    help="Merge the lanes' branches given as arguments (BRANCH or "
+                         "ID=BRANCH, local or origin/...) one at a time onto an integration "
+                         "branch, each kept only when the gate passes its story and breaks no "
+                         "criterion that passed; print one line per story, leave the "
+                         "integration branch to push; exit 0 when all merged, 1 otherwise. "
+                         "(default: off)")
     group.addoption("--ralph-report", action="store", default=None, metavar="PATH",
                     help="Also write a Markdown report to PATH (replaced): the gate's summary "
                          "(per story verified / claimed / failed, the failing criteria, the "
@@ -156,19 +163,21 @@ _METAVARS = {"path": "PATH", "str": "CMD|PRESET", "int": "N", "float": "SECONDS"
 
 def given_command(config: pytest.Config) -> str | None:
     """The one-shot command of the command line (``--ralph-status``, ``--ralph-cancel``,
-    ``--ralph-init``, ``--ralph-doctor`` or ``--ralph-plan``), or ``None``.
+    ``--ralph-init``, ``--ralph-doctor``, ``--ralph-plan`` or ``--ralph-merge``), or ``None``.
 
     Raises:
         pytest.UsageError: it was given with another of them, or with ``--ralph`` or
             ``--ralph-dry-run``.
     """
-    alone = ("ralph_status", "ralph_cancel", "ralph_init", "ralph_doctor", "ralph_plan")
+    alone = ("ralph_status", "ralph_cancel", "ralph_init", "ralph_doctor", "ralph_plan",
+             "ralph_merge")
     if any(config.getoption(dest) for dest in alone):
         given = [name for dest, name in (("ralph_status", "--ralph-status"),
                                          ("ralph_cancel", "--ralph-cancel"),
                                          ("ralph_init", "--ralph-init"),
                                          ("ralph_doctor", "--ralph-doctor"),
                                          ("ralph_plan", "--ralph-plan"),
+                                         ("ralph_merge", "--ralph-merge"),
                                          ("ralph", "--ralph"),
                                          ("ralph_dry_run", "--ralph-dry-run"))
                  if config.getoption(dest)]
@@ -281,6 +290,8 @@ def refuse_with_command(config: pytest.Config, flag: str) -> None:
             "--ralph-driver claude --ralph-story ID`)")
     if flag == "--ralph-plan":
         plan_prd(config)
+        return
+    if flag == "--ralph-merge":  # its arguments are branches
         return
     if getattr(config, "args_source", None) == pytest.Config.ArgsSource.ARGS:
         args = [a for a in config.args if a]

@@ -9,7 +9,6 @@ lane's own ``pytest --ralph`` gets (:func:`lane_args`); the merge queue comes fr
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
 
@@ -54,6 +53,7 @@ def run_parallel(config: pytest.Config, settings: Settings) -> int:
         pytest.UsageError: ``--ralph-story`` with ``--ralph-parallel`` (a lane is one story).
     """
     from ..loop.records import EXIT_NO_CRITERIA
+    from ..parallel.queue import MergeQueue, gate_check
     from ..parallel.scheduler import Options, Queue, Scheduler
     from ..parallel.worktrees import Repo
     from ..prd.load import discover_prd
@@ -77,12 +77,7 @@ def run_parallel(config: pytest.Config, settings: Settings) -> int:
                       tty=sys.stdout.isatty())
 
     def make_queue(repo: Repo, run_id: str, base: str) -> Queue:
-        # the merge queue is built on its own branch (lane-queue): imported by name until
-        # it is merged here
-        queue = importlib.import_module("pytest_ralph.parallel.queue")
         prd_rel = options.prd_path.relative_to(repo.project)
-        made: Queue = queue.MergeQueue(repo, run_id, base,
-                                       queue.gate_check(prd_rel, python=sys.executable))
-        return made
+        return MergeQueue(repo, run_id, base, gate_check(prd_rel, python=sys.executable))
 
     return Scheduler(options, make_queue).run()

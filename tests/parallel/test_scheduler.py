@@ -3,7 +3,6 @@ its lanes as real subprocesses, agents that are small Python scripts."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -20,11 +19,6 @@ from tests.support.git import git, needs_git
 from tests.support.prd import story
 
 pytestmark = needs_git
-
-#: The runs need the merge queue (pytest_ralph.parallel.queue, built on its own branch).
-needs_queue = pytest.mark.skipif(
-    importlib.util.find_spec("pytest_ralph.parallel.queue") is None,
-    reason="the merge queue (pytest_ralph.parallel.queue) is not merged yet")
 
 #: The agent of the lanes: for each `test -f NAME` criterion the prompt says fails, writes
 #: NAME (the story's id in it, so that the test can tell whose work it is) after sleeping
@@ -207,7 +201,6 @@ def test_refuses_ralph_story_with_parallel(tmp_path: Path) -> None:
 # -- runs ----------------------------------------------------------------------------------
 
 
-@needs_queue
 def test_four_independent_stories_on_four_lanes(tmp_path: Path) -> None:
     root = project(tmp_path, FOUR)
     done = ralph(root, tmp_path, "--ralph-parallel", "4", "--ralph-agent", agent(tmp_path),
@@ -235,7 +228,6 @@ def test_four_independent_stories_on_four_lanes(tmp_path: Path) -> None:
     assert "US-004: merged, attempt 1, 1 iteration(s)" in status.stdout, status.stdout
 
 
-@needs_queue
 def test_a_dependent_story_starts_once_its_dependency_is_merged(tmp_path: Path) -> None:
     stories = [story("US-001", *criteria("a.txt")),
                dict(story("US-002", *criteria("b.txt")), dependsOn=["US-001"])]
@@ -246,7 +238,6 @@ def test_a_dependent_story_starts_once_its_dependency_is_merged(tmp_path: Path) 
     assert out.index("queue: US-001 merged") < out.index("lane US-002: started")
 
 
-@needs_queue
 def test_a_blocked_story_holds_back_its_dependents_and_keeps_its_branch(tmp_path: Path) -> None:
     never = {"text": "never", "run": "false"}
     stories = [story("US-001", never), dict(story("US-002", *criteria("b.txt")),
@@ -264,7 +255,6 @@ def test_a_blocked_story_holds_back_its_dependents_and_keeps_its_branch(tmp_path
     assert any(b.endswith("/US-001") for b in ralph_branches(root))
 
 
-@needs_queue
 def test_kill_9_of_the_controller_then_the_same_command_resumes(tmp_path: Path) -> None:
     stories = [story(f"US-00{i}", *criteria(f"f{i}.txt"), priority=i) for i in range(1, 4)]
     root = project(tmp_path, stories)
@@ -296,7 +286,6 @@ def test_kill_9_of_the_controller_then_the_same_command_resumes(tmp_path: Path) 
     assert len(worktrees(root)) == 1
 
 
-@needs_queue
 def test_cancel_stops_every_lane(tmp_path: Path) -> None:
     root = project(tmp_path, FOUR)
     proc = start(root, tmp_path, "--ralph-parallel", "4", "--ralph-agent", agent(tmp_path),
@@ -315,7 +304,6 @@ def test_cancel_stops_every_lane(tmp_path: Path) -> None:
     assert "stopped (the same command resumes it)" in status.stdout
 
 
-@needs_queue
 def test_two_stories_editing_the_same_lines(tmp_path: Path) -> None:
     stories = [story("US-001", {"text": "done 1", "run": "grep -qx 'done US-001' shared.txt"},
                      *criteria("US-001.txt"), priority=1),

@@ -1,0 +1,730 @@
+"""The merge queue of a parallel run: lanes' branches merged one at a time onto an integration
+branch, each merge kept only when the criteria say so.
+
+The integration branch is ``ralph/<run key>/integration`` (:data:`INTEGRATION`), made at the
+run's base commit and checked out in its own worktree ``<state folder>/lanes/<run
+key>/integration``; the user's branch, index and working tree are not touched until
+:meth:`MergeQueue.finish`. Per story, :meth:`MergeQueue.merge`:
+
+1. ``git merge --no-ff`` of the lane's branch into the integration worktree. A conflict is
+   aborted (``git merge --abort``) and reported with the conflicting paths: outcome
+   ``conflict``;
+2. the whole check phase in the integration worktree (the ``check`` callable, for production
+   :func:`gate_check`);
+3. the merge is kept (``merged``) only when every criterion of the story passes and no
+   criterion that passed before the merge fails now; otherwise the integration branch is reset
+   (``git reset --hard``) to where it was, outcome ``regressed`` (criteria that passed before
+   fail now; they are named) or ``story-failed`` (the story's own criteria fail), with the
+   failure lines for the lane's next prompt.
+
+The history of results is kept in ``<state folder>/lanes/<run key>/queue.json`` (written
+atomically after every step, format :data:`QUEUE_VERSION` in :meth:`MergeQueue.to_json`), and
+read back when a queue of the same run is made again (a resume): a merge that a crash left
+half done is undone, so that the integration branch is always at the last recorded head.
+
+A lane's branch is only read: nothing here moves, rewrites or deletes it, so a story whose
+merge was refused keeps all its work there.
+
+git runs as :mod:`pytest_ralph.parallel.worktrees` runs it (no prompt, no hook, no signing, a
+timeout); a git failure raises :class:`QueueError`. This module does not import pytest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..checks.results import CheckResults, read_results
+from ..util.env import CHILD_ENV, CONTROLLER_ENV
+from ..util.files import atomic_write_text
+from ..util.process import run_in_group
+from .names import BRANCH_PREFIX, INTEGRATION, lane_key
+from .worktrees import (
+    LANES,
+    Repo,
+    WorktreeError,
+    _ensure_ignored,
+    _fails,
+    _git,
+    _identity,
+    _same,
+    _uncommitted,
+    _worktrees,
+)
+
+__all__ = ["INTEGRATION", "OUTCOMES", "QUEUE_FILE", "QUEUE_VERSION", "CheckOutcome",
+           "FinishResult", "MergeQueue", "MergeResult", "QueueError", "gate_check",
+           "integration_branch"]
+
+#: The file of the queue's history, in ``<state folder>/lanes/<run key>/``.
+QUEUE_FILE = "queue.json"
+
+#: The version of :data:`QUEUE_FILE`'s format.
+QUEUE_VERSION = 1
+
+#: What a merge can come to: kept; refused by git; refused by the criteria (the story's own,
+#: or others that passed before); never tried (a story it depends on is not merged).
+OUTCOMES = ("merged", "conflict", "story-failed", "regressed", "blocked")
+
+#: Seconds a :func:`gate_check` check phase may take before its process group is killed.
+CHECK_TIMEOUT = 3600.0
+
+#: How many characters of a failure message go into one failure line.
+FAILURE_CHARS = 400
+
+
+class QueueError(Exception):
+    """The merge queue cannot go on: a branch that is no branch, a git failure, an unreadable
+    ``queue.json``; the message says which and what to do."""
+
+
+def integration_branch(run_id: str) -> str:
+    """The integration branch of run ``run_id``: ``ralph/<run key>/integration``."""
+    return f"{BRANCH_PREFIX}/{lane_key(run_id)}/{INTEGRATION}"
+
+
+# -- what a check found -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """What one whole check phase found in one folder.
+
+    Attributes:
+        criteria: criterion key (``<story>::<criterion>``, as
+            :attr:`pytest_ralph.checks.results.CriterionResult.key`) -> passed, in check order.
+        stories: story id -> every one of its criteria passed (a story with no criterion
+            checked is absent).
+        failures: one line per failing criterion, ``<story>::<criterion>: <message>`` (the
+            message on one line, at most :data:`FAILURE_CHARS` characters), in check order.
+        errors: what kept criteria from being checked (a collection error, a gate that did not
+            run); a check with errors verifies no story.
+    """
+
+    criteria: Mapping[str, bool]
+    stories: Mapping[str, bool]
+    failures: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+
+    @classmethod
+    def from_results(cls, results: CheckResults) -> CheckOutcome:
+        """The outcome of a results file (:func:`pytest_ralph.checks.results.read_results`)."""
+        criteria = {c.key: c.passed for c in results.criteria}
+        stories = {story: all(c.passed for c in items)
+                   for story, items in results.by_story().items()}
+        failures = tuple(f"{c.key}: {_one_line(c.message) or 'failed'}"
+                         for c in results.failing)
+        return cls(criteria, stories, failures, tuple(_one_line(e) for e in results.errors))
+
+    def verified(self, story_id: str) -> bool:
+        """Whether the check verified ``story_id``: it has criteria, all passed, no error."""
+        return not self.errors and self.stories.get(story_id, False)
+
+    def story_failures(self, story_id: str) -> list[str]:
+        """The failure lines of ``story_id``'s criteria, then the check's errors."""
+        own = [f for f in self.failures if f.startswith(f"{story_id}::")]
+        return own + [f"<check>: {e}" for e in self.errors]
+
+    def regressions(self, before: CheckOutcome) -> list[str]:
+        """The criterion keys that passed in ``before`` and do not pass here (failed, or
+        gone), in ``before``'s order."""
+        return [k for k, ok in before.criteria.items() if ok and not self.criteria.get(k, False)]
+
+    @property
+    def summary(self) -> str:
+        """One line: ``5/6 criteria passed`` (``, 1 error`` when there were errors)."""
+        passed = sum(1 for ok in self.criteria.values() if ok)
+        text = f"{passed}/{len(self.criteria)} criteria passed"
+        if self.errors:
+            text += f", {len(self.errors)} error{'s' if len(self.errors) > 1 else ''}"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        """As a JSON-ready dict: ``{"criteria": {key: bool}, "stories": {id: bool},
+        "failures": [str], "errors": [str]}``."""
+        return {"criteria": dict(self.criteria), "stories": dict(self.stories),
+                "failures": list(self.failures), "errors": list(self.errors)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> CheckOutcome:
+        """The reverse of :meth:`to_json`.
+
+        Raises:
+            ValueError: ``data`` is not of that shape.
+        """
+        if not isinstance(data, dict):
+            raise ValueError("a check outcome is an object")
+        criteria: Any = data.get("criteria")
+        stories: Any = data.get("stories")
+        if not (_bool_map(criteria) and _bool_map(stories)):
+            raise ValueError("a check outcome's criteria and stories map names to true/false")
+        return cls(dict(criteria), dict(stories), _strings(data.get("failures", [])),
+                   _strings(data.get("errors", [])))
+
+
+def _bool_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, bool) for k, v in value.items())
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError("expected a list of strings")
+    return tuple(value)
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= FAILURE_CHARS else line[: FAILURE_CHARS - 3] + "..."
+
+
+# -- results ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """What one turn of the queue did with one story.
+
+    Attributes:
+        story: the story id.
+        branch: the lane's branch (as given, without ``refs/heads/``).
+        outcome: one of :data:`OUTCOMES`.
+        lane_commit: the commit the lane's branch named when it was merged (``""`` for
+            ``blocked``).
+        before: the integration head before the turn.
+        commit: the integration head after it: the merge commit when ``merged``, else
+            ``before`` (the merge was undone or never made).
+        summary: the check's one-line summary (:attr:`CheckOutcome.summary`), or what refused
+            the merge (``conflict in 2 files``, ``waits for US-001``).
+        conflicts: the paths git could not merge (``conflict`` only), relative to the top.
+        regressed: the criterion keys that passed before and failed after (``regressed``).
+        failures: the lines for the lane's next prompt: the story's failing criteria, the
+            regressed ones, or the conflicting paths; ``()`` when merged.
+        at: when the turn ended, Unix time in seconds.
+    """
+
+    story: str
+    branch: str
+    outcome: str
+    lane_commit: str
+    before: str
+    commit: str
+    summary: str
+    conflicts: tuple[str, ...] = ()
+    regressed: tuple[str, ...] = ()
+    failures: tuple[str, ...] = ()
+    at: float = 0.0
+
+    @property
+    def merged(self) -> bool:
+        """Whether the story's work is on the integration branch."""
+        return self.outcome == "merged"
+
+    def line(self) -> str:
+        """One line for a terminal: ``US-001 ralph/r/US-001: merged (3/3 criteria passed)``."""
+        return f"{self.story} {self.branch}: {self.outcome} ({self.summary})"
+
+    def to_json(self) -> dict[str, Any]:
+        """As a JSON-ready dict, the attributes by name (tuples as lists)."""
+        return {"story": self.story, "branch": self.branch, "outcome": self.outcome,
+                "lane_commit": self.lane_commit, "before": self.before, "commit": self.commit,
+                "summary": self.summary, "conflicts": list(self.conflicts),
+                "regressed": list(self.regressed), "failures": list(self.failures),
+                "at": self.at}
+
+    @classmethod
+    def from_json(cls, data: Any) -> MergeResult:
+        """The reverse of :meth:`to_json`.
+
+        Raises:
+            ValueError: ``data`` is not of that shape.
+        """
+        if not isinstance(data, dict):
+            raise ValueError("a merge result is an object")
+        text = {k: data.get(k) for k in ("story", "branch", "outcome", "lane_commit", "before",
+                                          "commit", "summary")}
+        if not all(isinstance(v, str) for v in text.values()) or text["outcome"] not in OUTCOMES:
+            raise ValueError("a merge result needs story, branch, outcome (one of "
+                             f"{', '.join(OUTCOMES)}), lane_commit, before, commit, summary")
+        at = data.get("at", 0.0)
+        if not isinstance(at, (int, float)) or isinstance(at, bool):
+            raise ValueError("a merge result's 'at' is a number")
+        return cls(**{k: str(v) for k, v in text.items()},
+                   conflicts=_strings(data.get("conflicts", [])),
+                   regressed=_strings(data.get("regressed", [])),
+                   failures=_strings(data.get("failures", [])), at=float(at))
+
+
+@dataclass(frozen=True)
+class FinishResult:
+    """What :meth:`MergeQueue.finish` did with the user's branch.
+
+    Attributes:
+        outcome: ``fast-forwarded`` (the branch now names the integration head), ``manual``
+            (it was left alone; ``reason`` says why, ``command`` how to merge by hand) or
+            ``nothing`` (no story was merged; the branch was left alone).
+        branch: the user's branch.
+        old: the commit it named before.
+        new: the commit it names now (``old`` unless fast-forwarded).
+        integration: the integration branch and, in ``head``, its head.
+        head: the integration branch's head.
+        reason: why it was not fast-forwarded (``""`` when it was).
+        command: the shell command that merges the integration branch into the user's branch
+            by hand (``""`` unless ``manual``).
+    """
+
+    outcome: str
+    branch: str
+    old: str
+    new: str
+    integration: str
+    head: str
+    reason: str = ""
+    command: str = ""
+
+    def line(self) -> str:
+        """One line for a terminal."""
+        if self.outcome == "fast-forwarded":
+            return (f"{self.branch} fast-forwarded to {self.integration} "
+                    f"({self.old[:12]}..{self.new[:12]})")
+        if self.outcome == "nothing":
+            return f"{self.branch} left at {self.old[:12]}: no story was merged"
+        return f"{self.branch} left at {self.old[:12]}: {self.reason}; merge by hand: " \
+               f"{self.command}"
+
+    def to_json(self) -> dict[str, Any]:
+        """As a JSON-ready dict, the attributes by name."""
+        return dict(self.__dict__)
+
+
+# -- the queue --------------------------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    head: str
+    check: CheckOutcome | None = None  # the last check, of check_commit
+    check_commit: str | None = None
+    results: list[MergeResult] = field(default_factory=list)
+
+
+class MergeQueue:
+    """The criteria-gated merge queue of run ``run_id`` (see the module docstring).
+
+    Making one creates the integration branch at ``base_commit`` and its worktree, or, when
+    they exist (a resume), reuses them (a missing or broken worktree is made again from the
+    branch) and reads ``queue.json``.
+
+    Args:
+        repo: the repository (:func:`pytest_ralph.parallel.worktrees.preflight`).
+        run_id: the run's id.
+        base_commit: the commit the run started from (the lanes' base).
+        check: runs the whole check phase in the folder it is given (the project folder inside
+            the integration worktree) and returns what it found; for production
+            :func:`gate_check`. It must not raise for failing criteria.
+
+    Raises:
+        QueueError: ``base_commit`` names no commit; ``queue.json`` is unreadable or belongs to
+            another base (its path named: move it aside to start the queue again); git failed.
+    """
+
+    def __init__(self, repo: Repo, run_id: str, base_commit: str,
+                 check: Callable[[Path], CheckOutcome]) -> None:
+        self.repo = repo
+        self.run_id = run_id
+        self.check = check
+        self.branch = integration_branch(run_id)
+        self.run_dir = repo.state_dir / LANES / lane_key(run_id)
+        self.path = self.run_dir / INTEGRATION
+        self.file = self.run_dir / QUEUE_FILE
+        self.base = self._commit(base_commit, f"the base commit {base_commit!r}")
+        saved = self._load()
+        self._state = saved if saved is not None else _State(self.base)
+        self._open_worktree()
+        self._save()
+
+    # -- public -------------------------------------------------------------------------
+
+    @property
+    def head(self) -> str:
+        """The integration branch's head: the last kept merge, or the base commit."""
+        return self._state.head
+
+    @property
+    def results(self) -> list[MergeResult]:
+        """Every turn so far, oldest first (a copy)."""
+        return list(self._state.results)
+
+    @property
+    def last_check(self) -> CheckOutcome | None:
+        """The last check of the integration head, or ``None`` before the first one."""
+        if self._state.check_commit == self._state.head:
+            return self._state.check
+        return None
+
+    @property
+    def merged(self) -> list[str]:
+        """The ids of the stories merged so far, in merge order."""
+        return [r.story for r in self._state.results if r.merged]
+
+    @property
+    def project(self) -> Path:
+        """The project folder inside the integration worktree (where the check runs)."""
+        return self.path / self.repo.project.relative_to(self.repo.top)
+
+    def merge(self, story_id: str, branch: str) -> MergeResult:
+        """Merge the lane branch ``branch`` of ``story_id`` onto the integration branch and
+        keep it only when the criteria say so (the module docstring says how).
+
+        Why ``git merge --no-ff`` rather than a rebase: the lane's commits are kept as they
+        are (the lane's branch is never rewritten, so nothing of its work can be lost, and a
+        lane that goes on after a refusal goes on from its own history); each story lands as
+        one merge commit, which one ``git revert -m 1`` undoes; and a conflict is one event for
+        the whole story, reported once with its paths, not once per replayed commit.
+
+        Returns:
+            the :class:`MergeResult`, also added to :attr:`results` and ``queue.json``.
+
+        Raises:
+            QueueError: ``branch`` is no branch of the repository (the message names it and
+                the branches of the run); git failed.
+        """
+        lane_commit = self._branch_commit(branch)
+        before = self._state.head
+        baseline = self._baseline()
+        self._clean()
+        code, _, _ = self._git("merge", "--no-ff", "--no-edit", "-m",
+                               f"ralph: merge story {story_id} ({branch})", lane_commit,
+                               ok=(0, 1), config=_identity(self.path))
+        if code != 0:
+            paths = self._conflicts()
+            self._git("merge", "--abort", ok=(0, 128))
+            self._reset(before)
+            return self._record(MergeResult(
+                story_id, branch, "conflict", lane_commit, before, before,
+                f"conflict in {len(paths)} file{'s' if len(paths) != 1 else ''}"
+                if paths else "git could not merge it", conflicts=tuple(paths),
+                failures=tuple(f"merge conflict with the integration branch in {p}"
+                               for p in paths) or ("git merge failed",), at=time.time()))
+        after = self._head()
+        try:
+            outcome = self.check(self.project)
+        except BaseException:  # an interrupt, a check that crashed: nothing unchecked is kept
+            self._reset(before)
+            raise
+        regressed = outcome.regressions(baseline)
+        if not regressed and outcome.verified(story_id):
+            self._state.head = after
+            self._state.check, self._state.check_commit = outcome, after
+            return self._record(MergeResult(story_id, branch, "merged", lane_commit, before,
+                                            after, outcome.summary, at=time.time()))
+        self._reset(before)
+        if regressed:
+            lines = [f"{k}: passed before this merge, fails after it" for k in regressed]
+            fails = tuple(f for f in outcome.failures
+                          if f.split(": ", 1)[0] in set(regressed))
+            return self._record(MergeResult(
+                story_id, branch, "regressed", lane_commit, before, before,
+                f"{outcome.summary}; {len(regressed)} regressed", regressed=tuple(regressed),
+                failures=(*lines, *fails, *outcome.story_failures(story_id)),
+                at=time.time()))
+        own = outcome.story_failures(story_id) or [
+            f"{story_id}: no criterion of this story was checked on the integration branch"]
+        return self._record(MergeResult(story_id, branch, "story-failed", lane_commit, before,
+                                        before, outcome.summary, failures=tuple(own),
+                                        at=time.time()))
+
+    def block(self, story_id: str, branch: str, reason: str) -> MergeResult:
+        """Record that ``story_id`` was not tried (``blocked``): ``reason`` is the summary
+        (``waits for US-001, which is not merged``). Nothing of git is touched."""
+        return self._record(MergeResult(story_id, branch, "blocked", "", self._state.head,
+                                        self._state.head, reason, failures=(reason,),
+                                        at=time.time()))
+
+    def verify(self) -> CheckOutcome:
+        """The check of the integration head: the last one when it was of this head, else a
+        new one (recorded)."""
+        last = self.last_check
+        if last is not None:
+            return last
+        self._clean()
+        outcome = self.check(self.project)
+        self._state.check, self._state.check_commit = outcome, self._state.head
+        self._save()
+        return outcome
+
+    def finish(self, user_branch: str, start_commit: str) -> FinishResult:
+        """Bring the integration branch into ``user_branch``, when that is safe.
+
+        The branch is fast-forwarded to the integration head only when every merged story is
+        verified there (:meth:`verify`, the last check of that head) and the branch still
+        names ``start_commit``, which the head descends from: with ``git merge --ff-only`` in
+        the main worktree when the branch is checked out there and its working tree is clean
+        (the state folder aside), or with ``git update-ref`` (which checks the old value)
+        when it is checked out nowhere. Otherwise nothing is touched and the result says why
+        and gives the command that merges the integration branch by hand.
+
+        Raises:
+            QueueError: ``user_branch`` is no branch, ``start_commit`` no commit; git failed.
+        """
+        ref = f"refs/heads/{user_branch}"
+        old = self._commit(ref, f"the branch {user_branch!r}")
+        start = self._commit(start_commit, f"the start commit {start_commit!r}")
+        head = self._state.head
+        top = self.repo.top
+
+        def manual(reason: str) -> FinishResult:
+            command = (f"git switch {shlex.quote(user_branch)} && git merge --no-ff "
+                       f"{shlex.quote(self.branch)}")
+            return FinishResult("manual", user_branch, old, old, self.branch, head, reason,
+                                command)
+
+        merged = self.merged
+        if not merged or head == old:
+            return FinishResult("nothing", user_branch, old, old, self.branch, head)
+        check = self.verify()
+        unverified = [s for s in merged if not check.verified(s)]
+        if unverified:
+            return manual(f"not verified on {self.branch}: {', '.join(unverified)} "
+                          f"({check.summary})")
+        if old != start:
+            return manual(f"{user_branch} moved since the run started (from {start[:12]} to "
+                          f"{old[:12]})")
+        if _fails(top, "merge-base", "--is-ancestor", start, head):
+            return manual(f"{self.branch} does not descend from {start[:12]}")
+        where = [w for w in _worktrees(top) if w.get("branch") == ref]
+        if not where:
+            self._git_at(top, "update-ref", "-m", f"pytest-ralph: fast-forward to {self.branch}",
+                         ref, head, old)
+        elif _same(where[0]["worktree"], top):
+            changes = _uncommitted(top, self.repo.state_dir)
+            if changes:
+                return manual(f"the working tree of {top} has uncommitted changes "
+                              f"({', '.join(changes[:3])}{', ...' if len(changes) > 3 else ''})")
+            if self._git_at(top, "merge", "--ff-only", "-q", head, ok=(0, 1, 128))[0] != 0:
+                return manual(f"git merge --ff-only {self.branch} failed in {top}")
+        else:
+            return manual(f"{user_branch} is checked out in another worktree, "
+                          f"{where[0]['worktree']}")
+        return FinishResult("fast-forwarded", user_branch, old, head, self.branch, head)
+
+    def remove_worktree(self) -> None:
+        """Remove the integration worktree (the branch and ``queue.json`` stay, for the user
+        to push and for the report).
+
+        Raises:
+            QueueError: git failed.
+        """
+        top = self.repo.top
+        for w in _worktrees(top):
+            if _same(w["worktree"], self.path):
+                self._git_at(top, "worktree", "remove", "--force", "--force", str(self.path))
+        self._git_at(top, "worktree", "prune")
+
+    def to_json(self) -> dict[str, Any]:
+        """The queue as ``queue.json`` holds it::
+
+            {"version": 1, "run": "<run id>", "branch": "ralph/<run>/integration",
+             "base": "<sha>", "head": "<sha>", "check_commit": "<sha>" | null,
+             "check": CheckOutcome.to_json() | null,
+             "results": [MergeResult.to_json(), ...]}
+        """
+        s = self._state
+        return {"version": QUEUE_VERSION, "run": self.run_id, "branch": self.branch,
+                "base": self.base, "head": s.head, "check_commit": s.check_commit,
+                "check": s.check.to_json() if s.check is not None else None,
+                "results": [r.to_json() for r in s.results]}
+
+    # -- private ------------------------------------------------------------------------
+
+    def _git(self, *args: str, ok: tuple[int, ...] = (0,),
+             config: tuple[str, ...] = ()) -> tuple[int, str, str]:
+        return self._git_at(self.path, *args, ok=ok, config=config)
+
+    @staticmethod
+    def _git_at(cwd: Path, *args: str, ok: tuple[int, ...] = (0,),
+                config: tuple[str, ...] = ()) -> tuple[int, str, str]:
+        try:
+            return _git(cwd, *args, ok=ok, config=config)
+        except WorktreeError as exc:
+            raise QueueError(str(exc)) from None
+
+    def _commit(self, name: str, what: str) -> str:
+        code, out, _ = self._git_at(self.repo.top, "rev-parse", "--verify", "-q",
+                                    f"{name}^{{commit}}", ok=(0, 1, 128))
+        if code != 0:
+            raise QueueError(f"{what} names no commit in {self.repo.top}")
+        return out.strip()
+
+    def branch_commit(self, branch: str) -> str:
+        """The commit ``branch`` names: a local branch (``ralph/US-001``, or
+        ``refs/heads/...``) or a remote-tracking one (``origin/ralph/US-001``).
+
+        Raises:
+            QueueError: it is neither (the message names the run's branches there are).
+        """
+        return self._branch_commit(branch)
+
+    def _branch_commit(self, branch: str) -> str:
+        name = branch.removeprefix("refs/heads/")
+        for ref in (f"refs/heads/{name}", f"refs/remotes/{name}"):  # origin/ralph/US-001 too
+            code, out, _ = self._git_at(self.repo.top, "rev-parse", "--verify", "-q",
+                                        f"{ref}^{{commit}}", ok=(0, 1, 128))
+            if code == 0 and name:
+                return out.strip()
+        known = self._git_at(self.repo.top, "for-each-ref", "--format=%(refname:short)",
+                             f"refs/heads/{BRANCH_PREFIX}/")[1].split()
+        known = [b for b in known if b != self.branch]
+        raise QueueError(f"{branch!r} is no branch of the repository at {self.repo.top}; "
+                         "expected a lane's branch" + (f" (there are: {', '.join(known[:10])})"
+                                                       if known else "")
+                         + "; fetch it first (git fetch origin " + f"{name}:{name})")
+
+    def _head(self) -> str:
+        return self._git("rev-parse", "HEAD")[1].strip()
+
+    def _clean(self) -> None:
+        """Drop what a check left in the integration worktree (tracked changes, untracked
+        files that are not ignored), so that the next merge starts from the head itself."""
+        self._git("reset", "-q", "--hard", self._state.head)
+        self._git("clean", "-q", "-f", "-f", "-d")
+
+    def _reset(self, commit: str) -> None:
+        self._git("reset", "-q", "--hard", commit)
+        self._git("clean", "-q", "-f", "-f", "-d")
+
+    def _conflicts(self) -> list[str]:
+        out = self._git("diff", "--name-only", "--diff-filter=U", "-z", ok=(0, 1))[1]
+        return [p for p in out.split("\0") if p]
+
+    def _baseline(self) -> CheckOutcome:
+        """The check of the integration head before a merge (run once per head)."""
+        return self.verify()
+
+    def _record(self, result: MergeResult) -> MergeResult:
+        self._state.results.append(result)
+        self._save()
+        return result
+
+    def _save(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.file, json.dumps(self.to_json(), indent=1, ensure_ascii=False)
+                          + "\n")
+
+    def _load(self) -> _State | None:
+        if not self.file.exists():
+            return None
+        aside = f"move it aside (mv {self.file} {self.file}.old) to start the queue again"
+        try:
+            data = json.loads(self.file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise QueueError(f"cannot read the merge queue {self.file}: {exc}; {aside}") from None
+        try:
+            if not isinstance(data, dict) or data.get("version") != QUEUE_VERSION:
+                raise ValueError(f"expected an object with \"version\": {QUEUE_VERSION}")
+            if data.get("base") != self.base:
+                raise ValueError(f"it was made from base {data.get('base')!r}, not {self.base}")
+            head = data.get("head")
+            commit = data.get("check_commit")
+            if not isinstance(head, str) or not (commit is None or isinstance(commit, str)):
+                raise ValueError("expected \"head\" (a commit id) and \"check_commit\"")
+            check = None if data.get("check") is None else CheckOutcome.from_json(data["check"])
+            results = data.get("results")
+            if not isinstance(results, list):
+                raise ValueError("expected \"results\", a list")
+            state = _State(head, check, commit, [MergeResult.from_json(r) for r in results])
+        except ValueError as exc:
+            raise QueueError(f"the merge queue {self.file} is not one of this run: {exc}; "
+                             f"{aside}") from None
+        return state
+
+    def _open_worktree(self) -> None:
+        """Make or reuse the integration branch and worktree; put both at the recorded head
+        (a merge a crash left unfinished or unchecked is undone)."""
+        top = self.repo.top
+        ref = f"refs/heads/{self.branch}"
+        if _fails(top, "show-ref", "--verify", "-q", ref):
+            if self._state.results and self._state.head != self.base:
+                raise QueueError(f"the integration branch {self.branch} is gone but "
+                                 f"{self.file} records merges onto it; move the file aside "
+                                 "to start the queue again")
+            self._git_at(top, "branch", "--no-track", self.branch, self._state.head)
+        registered = [w for w in _worktrees(top) if _same(w["worktree"], self.path)]
+        ready = bool(registered) and "prunable" not in registered[0] and \
+            registered[0].get("branch") == ref and (self.path / ".git").is_file()
+        if not ready:
+            if self.path.exists():
+                self.path.rename(self.path.with_name(f"{INTEGRATION}.broken-{int(time.time())}"))
+            self._git_at(top, "worktree", "prune")
+            for w in _worktrees(top):
+                if w.get("branch") == ref:
+                    self._git_at(top, "worktree", "remove", "--force", "--force", w["worktree"])
+            _ensure_ignored(self.repo.state_dir)
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._git_at(top, "worktree", "add", str(self.path), self.branch)
+        if not _fails(self.path, "rev-parse", "-q", "--verify", "MERGE_HEAD"):
+            self._git("merge", "--abort", ok=(0, 128))
+        self._reset(self._state.head)
+
+
+# -- the production check ---------------------------------------------------------------------
+
+
+def gate_check(prd: Path, *, python: str = sys.executable, timeout: float = CHECK_TIMEOUT,
+               args: Sequence[str] = ()) -> Callable[[Path], CheckOutcome]:
+    """A ``check`` for :class:`MergeQueue`: the gate ``python -m pytest <prd> -q -p
+    no:cacheprovider --ralph-results PATH [args]`` run in the folder it is given, its results
+    file (:mod:`pytest_ralph.checks.results`, in a temporary folder outside the project) read
+    back.
+
+    Args:
+        prd: the PRD, relative to the project folder (the same place in every worktree).
+        python: the interpreter that runs pytest (one with pytest-ralph installed).
+        timeout: seconds before the gate's process group is killed.
+        args: more arguments for the gate.
+
+    Returns:
+        the callable. A gate that writes no results (a crash, a timeout), checks no criterion
+        or exits with another status than 0 or 1 (a usage error: no such PRD) gives an
+        outcome with that as an error (nothing verified), with the end of its output.
+    """
+    rel = Path(prd)
+
+    def check(folder: Path) -> CheckOutcome:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("GITHUB_STEP_SUMMARY", CONTROLLER_ENV, CHILD_ENV)}
+        with tempfile.TemporaryDirectory(prefix="pytest-ralph-queue-") as tmp:
+            results = Path(tmp) / "results.json"
+            argv = [python, "-m", "pytest", str(rel), "-q", "-p", "no:cacheprovider",
+                    "--ralph-results", str(results), *args]
+            with tempfile.TemporaryFile() as out:
+                try:
+                    done = run_in_group(argv, cwd=folder, output=out, timeout=timeout, env=env)
+                except OSError as exc:
+                    return CheckOutcome({}, {}, errors=(f"cannot run the gate: {exc}",))
+                out.seek(0)
+                tail = out.read()[-2000:].decode("utf-8", "replace")
+            if done.timed_out:
+                return CheckOutcome({}, {}, errors=(
+                    f"the gate ran past {timeout:g} s and was stopped",))
+            shown = f"the gate `pytest {shlex.quote(str(rel))}` in {folder}"
+            try:
+                outcome = CheckOutcome.from_results(read_results(results))
+            except ValueError:
+                return CheckOutcome({}, {}, errors=(
+                    f"{shown} wrote no results (exit {done.returncode}): {_one_line(tail)}",))
+            if done.returncode in (0, 1) and outcome.criteria:
+                return outcome
+            return replace(outcome, errors=(*outcome.errors, (
+                f"{shown} exited {done.returncode} after checking {len(outcome.criteria)} "
+                f"criteria: {_one_line(tail)}")))
+
+    return check
