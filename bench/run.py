@@ -33,6 +33,9 @@ Cases (``--only P1,P5`` selects cases; a prefix selects its sub-cases, ``P7`` = 
       (``-q --ralph-heartbeat 0``): ratio <= 1.05
 - P10b the controller's CPU time while an agent sleeps 20 s, over those 20 s: ratio <= 0.02
       (2% of one core)
+- P11 4 independent stories whose agent works 5 s each, ``--ralph-parallel 4`` (lanes and
+      the merge queue) vs ``--ralph-parallel 1`` (the loop, one story per iteration):
+      ratio <= 0.4
 
 Modes: the default (full) exits 1 on any FAIL. ``--quick`` uses smaller sizes and fewer
 repetitions (about 2 minutes) and fails only when a figure is more than twice its target
@@ -96,6 +99,7 @@ class Sizes:
     p10_iterations: int = 3  # P10a: loop iterations per run
     p10_agent: float = 1.5   # P10a: seconds each agent run works
     p10_sleep: float = 20.0  # P10b: seconds the agent sleeps
+    p11_work: float = 5.0    # P11: seconds each story's agent works
 
 
 FULL = Sizes("full", reps=5, p1_items=10_000, p2_criteria=20_000, p2_failing=3_000,
@@ -108,7 +112,7 @@ QUICK = Sizes("quick", reps=3, p1_items=2_000, p2_criteria=4_000, p2_failing=600
 SELFTEST = Sizes("selftest", reps=1, p1_items=100, p2_criteria=200, p2_failing=30,
                  p3_iterations=2, p4_sleep=0.1, p4_reps=1, p5a_iterations=12, p5b_mb=2,
                  p6_runs=3, p7_bytes=20_000, p7_reps=1, warmup=False, p10_iterations=1,
-                 p10_agent=0.5, p10_sleep=2.0)
+                 p10_agent=0.5, p10_sleep=2.0, p11_work=1.0)
 
 
 @dataclass(frozen=True)
@@ -1090,23 +1094,90 @@ def case_p10(ctx: Context) -> list[Result]:
 
 
 # ---------------------------------------------------------------------------------------------
+# P11: parallel stories
+
+#: P11's agent: for each ``test -f NAME`` the prompt says fails, works argv[1] seconds, then
+#: writes NAME.
+P11_AGENT = r"""
+import re, sys, time
+prompt = sys.stdin.read()
+section = prompt.split("## Failing acceptance criteria", 1)[-1].split("\n## ", 1)[0]
+names = re.findall(r"test -f (\S+?)`", section)
+time.sleep(float(sys.argv[1]))
+for name in names:
+    open(name, "w").write("done\n")
+"""
+
+
+def git_project(folder: Path, stories: list[dict[str, Any]], env: dict[str, str]) -> Path:
+    """:func:`project` made a git repository with one commit (a parallel run needs one)."""
+    project(folder, stories)
+    for argv in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"],
+                 ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", "-c",
+                  "commit.gpgsign=false", "commit", "-q", "-m", "start"]):
+        run(argv, folder, env)
+    return folder
+
+
+#: P11's target, missed on a 2-core machine: each lane is a ``pytest --ralph`` of its own
+#: (start, baseline check phase, the agent, a check phase: about 3 s besides the agent, where
+#: the one loop spends about 1 s per story), four lanes share two cores, and the queue's gate
+#: runs once per merge, one at a time.
+P11_TARGET = Target("ratio", 0.4, missed=(0.55, "measured 0.55 (13.5 s vs 24.4 s) on 2 "
+                    "cores: four lanes' own pytest start and check phases share them"))
+
+
+def case_p11(ctx: Context) -> list[Result]:
+    """P11: 4 independent stories (one ``test -f`` criterion each) whose agent works W
+    seconds (5 in full mode) before it writes the file, ``pytest --ralph --ralph-parallel 4``
+    (four lanes, each merged through the criteria-gated queue) vs ``--ralph-parallel 1``
+    (today's loop: one story per iteration in the project itself), each in a fresh git
+    repository: target ratio <= 0.4."""
+    work = ctx.sizes.p11_work
+    stories = [{"id": f"S-{i}", "title": f"story {i}", "priority": i, "passes": False,
+                "acceptanceCriteria": [{"text": f"f{i} exists", "run": f"test -f f{i}.txt"}]}
+               for i in range(1, 5)]
+    agent_file = ctx.root / "p11-agent.py"
+    agent_file.write_text(P11_AGENT, encoding="utf-8")
+    agent = f"{shlex.quote(PY)} {shlex.quote(str(agent_file))} {work:g}"
+
+    def lanes(n: int) -> Callable[[int], float]:
+        def once(i: int) -> float:
+            folder = ctx.root / f"p11-{n}-{i}"
+            git_project(folder, stories, ctx.env)
+            said = "4/4 stories merged and verified" if n > 1 else "complete (exit 0)"
+            elapsed, _ = run([PY, "-m", "pytest", "-p", "no:cacheprovider", "--ralph",
+                              "--ralph-parallel", str(n), "--ralph-agent", agent,
+                              "--ralph-max-iterations", "5"], folder, ctx.env, expect=0,
+                             must_say=said)
+            shutil.rmtree(folder, ignore_errors=True)
+            return elapsed
+        return once
+
+    a, b = interleave(ctx.reps(min(ctx.sizes.reps, 3)), lanes(4), lanes(1))
+    return [timed_pair("P11", f"4 stories, agent works {work:g} s each: --ralph-parallel 4 "
+                              f"vs 1 (median of {len(a)})", P11_TARGET, a, b)]
+
+
+# ---------------------------------------------------------------------------------------------
 # Main
 
 CASES: dict[str, Callable[[Context], list[Result]]] = {
     "P1": case_p1, "P2": case_p2, "P3": case_p3, "P4": case_p4, "P5a": case_p5a,
     "P5b": case_p5b, "P6": case_p6, "P7": case_p7, "P8": case_p8, "P9": case_p9,
-    "P10": case_p10,
+    "P10": case_p10, "P11": case_p11,
 }
 #: The lines each case prints, for --only and for ERROR lines.
 LINES = {"P1": ["P1"], "P2": ["P2"], "P3": ["P3"], "P4": ["P4"], "P5a": ["P5a"],
          "P5b": ["P5b"], "P6": ["P6a", "P6b"], "P7": ["P7a", "P7b"], "P8": ["P8"],
-         "P9": ["P9"], "P10": ["P10a", "P10b"]}
+         "P9": ["P9"], "P10": ["P10a", "P10b"], "P11": ["P11"]}
 TARGETS = {"P1": Target("ratio", 1.0), "P2": Target("ratio", 1.5), "P3": Target("ratio", 1.15),
            "P4": Target("ratio", 0.6), "P5a": Target("figure", 5.0, "MB"),
            "P5b": Target("figure", 80.0, "MB"), "P6a": Target("figure", 0.1, "s"),
            "P6b": Target("figure", 0.1, "s"), "P7a": Target("ratio", 0.2),
            "P7b": Target("ratio", 0.5), "P8": P8_TARGET, "P9": P9_TARGET,
-           "P10a": Target("ratio", 1.05), "P10b": Target("ratio", 0.02)}
+           "P10a": Target("ratio", 1.05), "P10b": Target("ratio", 0.02),
+           "P11": P11_TARGET}
 
 
 def select(only: str | None) -> list[str]:

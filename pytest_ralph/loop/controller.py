@@ -49,7 +49,7 @@ from ..sandbox.bwrap import (
     prepare_state_paths,
 )
 from ..state.folder import StateDir, StateError
-from ..util.env import ITERATION_ENV, PROMPT_FILE_ENV
+from ..util.env import ITERATION_ENV, PAUSE_FILE_ENV, PROMPT_FILE_ENV
 from ..util.process import become_subreaper, descendant_pids, sweep_descendants
 from ..util.redact import Redactor
 from ..util.text import now as _now
@@ -411,6 +411,7 @@ class Loop:
             story, prompt = eng.next_prompt(run, state, template, n)
             agent_argv = self.hooks.agent_command(list(argv), n, story)
             self.hooks.before_iteration(n, story, prompt, agent_argv)
+            self._shared_pause(run)
             before = eng.tree()
             reader = reader_for(argv)
             activity = activity_for(reader)
@@ -478,12 +479,22 @@ class Loop:
                                                     source)
         if stop is not None:
             return stop
+        _share_pause(wait, source)
         began = time.monotonic()
         try:
             self._sleep(run, wait)
         finally:  # the pause as it really was (a cancel or Ctrl-C cuts it short)
             self.engine.paused(run, attempt_id, time.monotonic() - began)
         return None
+
+    def _shared_pause(self, run: RunRecord) -> None:
+        """In a lane of a parallel run: wait out the rate-limit pause another lane of the
+        same agent wrote to the file :data:`PAUSE_FILE_ENV` names (nothing without it)."""
+        until, why = _pause_until()
+        if until > time.time():
+            self.engine.say(f"pytest-ralph: pausing {until - time.time():.0f} s: another "
+                            f"lane's agent was rate limited ({why})")
+            self._sleep(run, until - time.time())
 
     def _sleep(self, run: RunRecord, seconds: float) -> None:
         """Pause ``seconds``, waking each second for ``--ralph-cancel`` (Ctrl-C and SIGTERM
@@ -493,6 +504,31 @@ class Loop:
             time.sleep(min(left, 1.0))
             if self.engine.cancel_requested(run):
                 raise Cancelled()
+
+
+def _pause_until() -> tuple[float, str]:
+    """The shared pause of a parallel run's lanes: (its end as a unix time, why); (0, "")
+    without one."""
+    name = os.environ.get(PAUSE_FILE_ENV)
+    if not name:
+        return 0.0, ""
+    try:
+        data = json.loads(Path(name).read_text(encoding="utf-8"))
+        return float(data.get("until", 0.0)), str(data.get("why", ""))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0.0, ""
+
+
+def _share_pause(wait: float, why: str) -> None:
+    """Tell the other lanes of a parallel run to pause ``wait`` seconds from now too."""
+    name = os.environ.get(PAUSE_FILE_ENV)
+    if not name:
+        return
+    until = max(time.time() + wait, _pause_until()[0])
+    with contextlib.suppress(OSError):
+        tmp = Path(f"{name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"until": until, "why": why}), encoding="utf-8")
+        os.replace(tmp, name)
 
 
 def _home_short(path: Path, home: Path) -> str:

@@ -89,7 +89,8 @@ SPECS: tuple[Spec, ...] = (
          None, "--ralph-agent"),
     Spec("agent_flags", "Flags that replace an agent preset's own flags (a command line "
          "after the executable; {prompt_file} allowed).", "str", None),
-    Spec("max_iterations", "Stop after this many iterations (1..10000).", "int", 5,
+    Spec("max_iterations", "Stop after this many iterations (1..10000); with "
+         "--ralph-parallel, per story (each lane's own count).", "int", 5,
          "--ralph-max-iterations", 1, 10000),
     Spec("breaker", "Trip the circuit breaker after this many identical failures in a row.",
          "int", 3, "--ralph-breaker", 1, 1000),
@@ -109,6 +110,9 @@ SPECS: tuple[Spec, ...] = (
          "(the loop moves to the next story).", "int", None, "", 1, 10000),
     Spec("escalate", "Command run (through the shell) when a story is blocked or the "
          "breaker trips; it gets the state dump as JSON on stdin.", "str", None),
+    Spec("parallel", "Work up to N stories at once, each in its own git worktree and branch, "
+         "merged through a queue that runs the criteria (1: one story at a time in the "
+         "project itself).", "int", 1, "--ralph-parallel", 1, 64, metavar="N"),
     Spec("story", "Limit the loop and the gate to this story id (repeatable).", "list", (),
          "--ralph-story"),
     Spec("strict", "Claimed text criteria fail instead of passing on the story's claim.", "bool",
@@ -184,6 +188,7 @@ class Settings:
     rate_limit_backoff: float
     story_max_iterations: int | None
     escalate: str | None
+    parallel: int
     story: tuple[str, ...]
     strict: bool
     allow_criteria_edits: bool

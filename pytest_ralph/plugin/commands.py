@@ -59,6 +59,11 @@ def main(config: pytest.Config) -> int | None:
         return None
     refuse_with_loop(config, flag)
     settings = positional_prd(config, get_settings(config))
+    if settings.parallel > 1 and flag == "--ralph":
+        from .parallelrun import run_parallel
+
+        load_every_module()
+        return run_parallel(config, settings)
     return run(config, make_loop(config, settings))
 
 
@@ -226,8 +231,17 @@ def command(config: pytest.Config, flag: str) -> tuple[int, str]:
         return doctor(config.rootpath)
     from ..commands.cancel import cancel
     from ..commands.status import status
+    from ..parallel.lanerecord import cancel_parallel, status_lines
+    from ..state.folder import DB_NAME
 
-    return cancel(settings.dir) if flag == "--ralph-cancel" else status(settings.dir)
+    if flag == "--ralph-cancel":
+        said = cancel_parallel(settings.dir)
+        return (0, said) if said is not None else cancel(settings.dir)
+    lanes = status_lines(settings.dir)
+    if lanes and not (settings.dir / DB_NAME).exists():  # the lanes' runs only
+        return 0, "\n".join(lanes)
+    code, text = status(settings.dir)
+    return (code, "\n".join([text, *lanes])) if lanes else (code, text)
 
 
 def merge_command(config: pytest.Config, settings: Settings) -> tuple[int, str]:

@@ -75,3 +75,9 @@ ITERATION_ENV = "PYTEST_RALPH_ITERATION"
 
 #: Environment variable ``pytest --ralph`` sets for an agent run: the path of the prompt file.
 PROMPT_FILE_ENV = "PYTEST_RALPH_PROMPT_FILE"
+
+#: Set by a parallel run (``--ralph-parallel N``) for each lane's ``pytest --ralph``: the JSON
+#: file ``{"until": <unix time>, "why": "..."}`` of the pause every lane of the run that uses
+#: the same agent honours before its next agent run; a lane whose agent is rate limited
+#: writes it (:mod:`pytest_ralph.parallel.scheduler`).
+PAUSE_FILE_ENV = "PYTEST_RALPH_PAUSE_FILE"

@@ -376,3 +376,44 @@ def test_a_blocked_story_fixed_by_other_work_is_unblocked_and_worked_on_after_a_
     assert "  Unblocked: US-1: its criteria pass again" in result.stdout
     assert "unblocked US-1: its criteria pass again" in (
         p.root / ".pytest_ralph" / "progress.txt").read_text()
+
+
+def test_a_rate_limit_writes_the_shared_pause_file_of_a_parallel_run(
+        project: Project, tmp_path: Path) -> None:
+    # In a lane of `--ralph-parallel N`, the pause is shared: the other lanes read the file.
+    pause = tmp_path / "pause.json"
+    project.env["PYTEST_RALPH_PAUSE_FILE"] = str(pause)
+    project.play({"stdout": [INIT, claude_result(
+        is_error=True, text="Claude AI usage limit reached|{reset}", cost=0)],
+        "reset_in": 2, "exit": 1}, ok(write={"done.txt": "yes"}))
+    before = time.time()
+    result = project.ralph("--ralph-agent", "claude", "--ralph-max-iterations", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    shared = json.loads(pause.read_text())
+    assert before + 1.0 <= shared["until"] <= time.time() + 1.0
+    assert "until the stated reset at" in shared["why"]
+
+
+def test_a_lane_waits_out_the_pause_another_lane_shared(project: Project,
+                                                        tmp_path: Path) -> None:
+    pause = tmp_path / "pause.json"
+    pause.write_text(json.dumps({"until": time.time() + 2.5, "why": "the stated retry-after"}))
+    project.env["PYTEST_RALPH_PAUSE_FILE"] = str(pause)
+    project.play(ok(write={"done.txt": "yes"}))
+    start = time.monotonic()
+    result = project.ralph("--ralph-agent", "claude", "--ralph-max-iterations", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "another lane's agent was rate limited (the stated retry-after)" in result.stdout
+    assert time.monotonic() - start >= 2.0
+    assert project.rows("SELECT n, outcome FROM agent_runs") == [(1, "ok")]
+
+
+def test_a_pause_file_that_cannot_be_read_is_no_pause(project: Project,
+                                                      tmp_path: Path) -> None:
+    pause = tmp_path / "pause.json"
+    pause.write_text("{not json")
+    project.env["PYTEST_RALPH_PAUSE_FILE"] = str(pause)
+    project.play(ok(write={"done.txt": "yes"}))
+    result = project.ralph("--ralph-agent", "claude", "--ralph-max-iterations", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "pausing" not in result.stdout

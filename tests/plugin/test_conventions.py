@@ -427,8 +427,13 @@ def test_help_lists_every_option_in_one_group_with_its_default(
     elsewhere = [e for heading, entries in sections.items() if not heading.startswith("[pytest]")
                  for e in entries if e.startswith("--ralph")]
     assert elsewhere == []
-    assert "--ralph-max-iterations=N Stop after this many iterations (1..10000). [ini " \
-           "ralph_max_iterations, env PYTEST_RALPH_MAX_ITERATIONS] (default: 5)" in group
+    assert "--ralph-max-iterations=N Stop after this many iterations (1..10000); with " \
+           "--ralph-parallel, per story (each lane's own count). [ini ralph_max_iterations, " \
+           "env PYTEST_RALPH_MAX_ITERATIONS] (default: 5)" in group
+    assert "--ralph-parallel=N Work up to N stories at once, each in its own git worktree " \
+           "and branch, merged through a queue that runs the criteria (1: one story at a " \
+           "time in the project itself). [ini ralph_parallel, env PYTEST_RALPH_PARALLEL] " \
+           "(default: 1)" in group
 
 
 def test_help_shows_the_default_of_every_ini_key(pytester: pytest.Pytester) -> None:

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: One case line: the figure, the reference, their ratio, the target, the verdict, what.
 CASE_LINE = re.compile(
-    r"^(?P<case>P\d[a-z]?)\s+"
+    r"^(?P<case>P\d+[a-z]?)\s+"
     r"figure\s+(?P<figure>\d+\.\d+ (?:s|MB))\s+"
     r"reference\s+(?P<reference>\d+\.\d+ (?:s|MB))\s+"
     r"ratio\s+(?P<ratio>\d+\.\d+)\s+"
