@@ -529,6 +529,17 @@ class MergeQueue:
                 self._git_at(top, "worktree", "remove", "--force", "--force", str(self.path))
         self._git_at(top, "worktree", "prune")
 
+    def remove_branch(self) -> None:
+        """Remove the integration worktree and the integration branch, once the user's branch
+        holds its work (after :meth:`finish` fast-forwarded it): nothing of the run is left
+        in ``git branch``.
+
+        Raises:
+            QueueError: git failed.
+        """
+        self.remove_worktree()
+        self._git_at(self.repo.top, "branch", "-D", self.branch)
+
     def to_json(self) -> dict[str, Any]:
         """The queue as ``queue.json`` holds it::
 

@@ -122,6 +122,8 @@ class Queue(Protocol):
 
     def finish(self, user_branch: str, start_commit: str) -> Any: ...
 
+    def remove_branch(self) -> None: ...
+
 
 #: Makes the queue of a run: ``(repo, run id, base commit) -> queue``.
 QueueFactory = Callable[[Repo, str, str], Queue]
@@ -570,6 +572,11 @@ class Scheduler:
         if merged and not forwarded:
             keep.add(INTEGRATION)  # what the user merges by hand
         kept = cleanup(repo, rec.run_id, keep=frozenset(keep))
+        if forwarded:  # the user's branch holds the integration branch's work now
+            try:
+                queue.remove_branch()
+            except Exception as exc:  # the queue's own error: say it, the branch stays
+                fin_text += f" (the integration branch could not be removed: {exc})"
         rec.ended = time.time()
         ok = all_merged and forwarded
         rec.result = "complete" if ok else "incomplete"
