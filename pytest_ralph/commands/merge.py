@@ -139,7 +139,8 @@ def merge(rootdir: Path, prd: Path | None, args: list[str], *, state_dir: Path |
         return MergeRun(EXIT_USAGE, f"{PREFIX}the PRD {path} is outside the project "
                         f"{repo.project}")
     try:
-        queue = MergeQueue(repo, f"merge-{repo.head[:12]}", repo.head, gate_check(rel))
+        queue = MergeQueue(repo, f"merge-{repo.head[:12]}", repo.head, gate_check(rel),
+                           prd=rel)
         for _, branch in given:  # every branch checked before the first merge
             queue.branch_commit(branch)
         done = {r.story: r for r in queue.results if r.merged}

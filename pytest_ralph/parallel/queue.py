@@ -43,6 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from ..checks.results import CheckResults, read_results
+from ..oracle.snapshot import Change, Snapshot, compare, snapshot
+from ..prd.errors import PRDError
+from ..prd.load import load_prd
 from ..util.env import CHILD_ENV, CONTROLLER_ENV
 from ..util.files import atomic_write_text
 from ..util.process import run_in_group
@@ -330,6 +333,12 @@ class MergeQueue:
         check: runs the whole check phase in the folder it is given (the project folder inside
             the integration worktree) and returns what it found; for production
             :func:`gate_check`. It must not raise for failing criteria.
+        prd: the PRD, relative to the project folder. When given, a merge that changes what
+            judges the criteria (the oracle of :func:`pytest_ralph.oracle.snapshot.snapshot`:
+            the PRD's criteria, the tests and files they name, ``conftest.py`` files, the
+            pytest configuration) is undone before any check runs, as the loop refuses an
+            agent's change to its judges: a lane's branch cannot fake the gate of the
+            integration branch. Production callers always give it.
 
     Raises:
         QueueError: ``base_commit`` names no commit; ``queue.json`` is unreadable or belongs to
@@ -337,8 +346,9 @@ class MergeQueue:
     """
 
     def __init__(self, repo: Repo, run_id: str, base_commit: str,
-                 check: Callable[[Path], CheckOutcome]) -> None:
+                 check: Callable[[Path], CheckOutcome], *, prd: Path | None = None) -> None:
         self.repo = repo
+        self.prd = prd
         self.run_id = run_id
         self.check = check
         self.branch = integration_branch(run_id)
@@ -401,6 +411,7 @@ class MergeQueue:
         before = self._state.head
         baseline = self._baseline()
         self._clean()
+        judges = self._oracle()
         code, _, _ = self._git("merge", "--no-ff", "--no-edit", "-m",
                                f"ralph: merge story {story_id} ({branch})", lane_commit,
                                ok=(0, 1), config=_identity(self.path))
@@ -415,6 +426,16 @@ class MergeQueue:
                 failures=tuple(f"merge conflict with the integration branch in {p}"
                                for p in paths) or ("git merge failed",), at=time.time()))
         after = self._head()
+        changed = self._judges_changed(judges)
+        if changed:
+            self._reset(before)
+            return self._record(MergeResult(
+                story_id, branch, "story-failed", lane_commit, before, before,
+                "it changes what judges the criteria", failures=tuple(
+                    f"{story_id}: the merge changes what judges the criteria: {line}; a lane "
+                    "may change the code, not the PRD's criteria, the tests they name, "
+                    "conftest.py or the pytest configuration" for line in changed),
+                at=time.time()))
         try:
             outcome = self.check(self.project)
         except BaseException:  # an interrupt, a check that crashed: nothing unchecked is kept
@@ -441,6 +462,31 @@ class MergeQueue:
         return self._record(MergeResult(story_id, branch, "story-failed", lane_commit, before,
                                         before, outcome.summary, failures=tuple(own),
                                         at=time.time()))
+
+    def _oracle(self, start: Snapshot | None = None) -> Snapshot | None:
+        """The oracle of the integration worktree's project now (``None`` without
+        :attr:`prd`).
+
+        Raises:
+            PRDError: the PRD does not load.
+        """
+        if self.prd is None:
+            return None
+        project = self.project
+        return snapshot(load_prd(project / self.prd), project, start=start)
+
+    def _judges_changed(self, judges: Snapshot | None) -> list[str]:
+        """What the merge just made changed of the oracle ``judges`` (taken before it), one
+        line each; ``[]`` when nothing (or there is no :attr:`prd`)."""
+        if judges is None:
+            return []
+        try:
+            now = self._oracle(start=judges)
+        except PRDError as exc:
+            return [f"the PRD no longer loads ({exc})"]
+        assert now is not None
+        changes: list[Change] = compare(judges, now)
+        return [ch.describe() for ch in changes]
 
     def block(self, story_id: str, branch: str, reason: str) -> MergeResult:
         """Record that ``story_id`` was not tried (``blocked``): ``reason`` is the summary
@@ -604,13 +650,14 @@ class MergeQueue:
 
     def _clean(self) -> None:
         """Drop what a check left in the integration worktree (tracked changes, untracked
-        files that are not ignored), so that the next merge starts from the head itself."""
+        files, ignored ones too: a file an earlier check made must not pass a later story),
+        so that the next merge starts from the head itself."""
         self._git("reset", "-q", "--hard", self._state.head)
-        self._git("clean", "-q", "-f", "-f", "-d")
+        self._git("clean", "-q", "-f", "-f", "-d", "-x")
 
     def _reset(self, commit: str) -> None:
         self._git("reset", "-q", "--hard", commit)
-        self._git("clean", "-q", "-f", "-f", "-d")
+        self._git("clean", "-q", "-f", "-f", "-d", "-x")
 
     def _conflicts(self) -> list[str]:
         out = self._git("diff", "--name-only", "--diff-filter=U", "-z", ok=(0, 1))[1]

@@ -71,7 +71,7 @@ from .lanerecord import (
     run_folder,
     stop_group,
 )
-from .names import BRANCH_PREFIX, lane_key
+from .names import BRANCH_PREFIX, INTEGRATION, lane_key
 from .worktrees import (
     Lane,
     ParallelUsageError,
@@ -87,9 +87,6 @@ from .worktrees import (
 )
 
 __all__ = ["MERGE_ATTEMPTS", "Options", "Scheduler"]
-
-#: The key of the merge queue's integration branch, ``ralph/<run>/integration``.
-INTEGRATION = "integration"
 
 #: Merges a story may try before it is blocked.
 MERGE_ATTEMPTS = 2
@@ -249,6 +246,12 @@ class Scheduler:
             raise ParallelUsageError(str(exc)) from None
         if not prd.stories:
             raise ParallelUsageError(f"{self.o.prd_path} has no stories to run in parallel")
+        for st in prd.stories:
+            if lane_key(st.id) == INTEGRATION:
+                raise ParallelUsageError(
+                    f"{self.o.prd_path}: story {st.id!r}: a parallel run names its merge queue's "
+                    f"branch ralph/<run>/{INTEGRATION}, so no story's lane can have that name: "
+                    "rename the story (its id)")
         return repo, prd
 
     def _open(self, repo: Repo, prd: PRD) -> Record:

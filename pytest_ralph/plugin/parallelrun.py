@@ -78,6 +78,7 @@ def run_parallel(config: pytest.Config, settings: Settings) -> int:
 
     def make_queue(repo: Repo, run_id: str, base: str) -> Queue:
         prd_rel = options.prd_path.relative_to(repo.project)
-        return MergeQueue(repo, run_id, base, gate_check(prd_rel, python=sys.executable))
+        return MergeQueue(repo, run_id, base, gate_check(prd_rel, python=sys.executable),
+                          prd=prd_rel)
 
     return Scheduler(options, make_queue).run()

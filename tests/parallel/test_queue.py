@@ -70,7 +70,7 @@ def repo(root: Path) -> Repo:
 
 
 def queue(repo: Repo) -> MergeQueue:
-    return MergeQueue(repo, RUN, repo.head, gate_check(Path("prd.json")))
+    return MergeQueue(repo, RUN, repo.head, gate_check(Path("prd.json")), prd=Path("prd.json"))
 
 
 def lane(repo: Repo, story: str, files: dict[str, str | None]) -> Lane:
@@ -326,3 +326,65 @@ def test_the_integration_branch_is_no_lane_and_survives_cleanup(root: Path,
     assert git(root, "rev-parse", q.branch).strip() == q.head
     assert git(root, "branch", "--list", "--format=%(refname:short)", "ralph/*").split() == [
         q.branch]
+
+
+# -- a lane cannot change what judges the criteria -----------------------------------------
+
+#: A conftest.py that turns every failing test of the gate into a pass.
+FAKE_GATE = """import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    outcome.get_result().outcome = "passed"
+"""
+
+
+def test_a_lane_that_adds_a_conftest_faking_the_gate_is_not_merged(root: Path,
+                                                                   repo: Repo) -> None:
+    cheat = lane(repo, "US-001", {"conftest.py": FAKE_GATE})  # no a.txt: the story is not done
+    fooled = gate_check(Path("prd.json"))(cheat.project)  # the plain gate is fooled by it
+    assert fooled.verified("US-001"), fooled
+    q = queue(repo)
+    result = q.merge("US-001", cheat.branch)
+    assert result.outcome == "story-failed", result
+    assert result.summary == "it changes what judges the criteria"
+    assert any("conftest.py" in f and "judges the criteria" in f for f in result.failures)
+    assert q.head == repo.head and q.merged == []
+    assert git(root, "ls-tree", "--name-only", q.branch, "conftest.py") == ""
+
+
+def test_a_lane_that_weakens_another_storys_criterion_is_not_merged(root: Path,
+                                                                    repo: Repo) -> None:
+    weaker = json.loads(json.dumps(PRD))
+    weaker["userStories"][1]["acceptanceCriteria"][0]["run"] = "true"
+    cheat = lane(repo, "US-001", {"a.txt": "A\n", "prd.json": json.dumps(weaker)})
+    q = queue(repo)
+    result = q.merge("US-001", cheat.branch)
+    assert result.outcome == "story-failed", result
+    assert any("US-002::AC1" in f for f in result.failures), result.failures
+    assert show(root, q.branch, "prd.json") == (root / "prd.json").read_text()
+    honest = lane(repo, "US-002", {"b.txt": "B\n"})
+    assert q.merge("US-002", honest.branch).outcome == "merged"
+
+
+def test_a_file_an_earlier_check_left_does_not_pass_a_later_story(tmp_path: Path) -> None:
+    root = tmp_path / "stamp"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    # US-002 is checked first in each gate: only a stamp left by an earlier gate could pass it
+    (root / "prd.json").write_text(json.dumps({"userStories": [
+        {"id": "US-002", "title": "B", "acceptanceCriteria": [
+            {"text": "the stamp is there", "run": "test -f ok.stamp"}]},
+        {"id": "US-001", "title": "A", "acceptanceCriteria": [
+            {"text": "a.txt says A", "run": "grep -qx A a.txt && touch ok.stamp"}]}]}))
+    (root / ".gitignore").write_text("*.stamp\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "init")
+    repo = preflight(root)
+    q = queue(repo)
+    assert q.merge("US-001", lane(repo, "US-001", {"a.txt": "A\n"}).branch).merged
+    idle = lane(repo, "US-002", {"b.txt": "nothing for the stamp\n"})
+    result = q.merge("US-002", idle.branch)
+    assert result.outcome == "story-failed", result

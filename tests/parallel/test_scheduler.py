@@ -190,6 +190,17 @@ def test_refuses_dependencies_no_run_can_follow(tmp_path: Path, deps: dict[str, 
     assert not ralph_branches(root)
 
 
+def test_refuses_a_story_named_like_the_integration_branch(tmp_path: Path) -> None:
+    root = project(tmp_path, [story("integration", *criteria("a.txt")),
+                              story("US-002", *criteria("b.txt"))])
+    done = ralph(root, tmp_path, "--ralph-parallel", "2", "--ralph-agent", agent(tmp_path))
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "story 'integration': a parallel run names its merge queue's branch" in (
+        done.stdout + done.stderr)
+    assert "Traceback" not in done.stdout + done.stderr
+    assert len(worktrees(root)) == 1 and ralph_branches(root) == []
+
+
 def test_refuses_ralph_story_with_parallel(tmp_path: Path) -> None:
     root = project(tmp_path, FOUR)
     done = ralph(root, tmp_path, "--ralph-parallel", "2", "--ralph-story", "US-001",
