@@ -22,14 +22,11 @@ import datetime as _dt
 import json
 import os
 import shutil
-import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
 from ..agents.activity import activity_for
@@ -50,7 +47,12 @@ from ..sandbox.bwrap import (
 )
 from ..state.folder import StateDir, StateError
 from ..util.env import ITERATION_ENV, PAUSE_FILE_ENV, PROMPT_FILE_ENV
-from ..util.process import become_subreaper, descendant_pids, sweep_descendants
+from ..util.process import (
+    become_subreaper,
+    descendant_pids,
+    sigterm_raises,
+    sweep_descendants,
+)
 from ..util.redact import Redactor
 from ..util.text import now as _now
 from ..util.text import plural
@@ -76,22 +78,6 @@ from .settings import Settings
 
 if TYPE_CHECKING:
     from .breaker import Cursor
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise Interrupted(f"signal {signum}")
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 class Loop:
@@ -363,7 +349,7 @@ class Loop:
                     f"{plural(done, 'iteration')}; identical-failure streak {streak}/"
                     f"{s.breaker} (--ralph-new starts a fresh run)")
         try:
-            with _sigterm_as_interrupt():
+            with sigterm_raises(Interrupted):
                 code = self._iterate(run, state, argv)
         except HookError as exc:  # a plugin's or conftest.py's hook failed
             code = eng.stop(run, "crashed", EXIT_INTERNAL,

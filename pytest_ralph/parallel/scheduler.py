@@ -46,19 +46,17 @@ import contextlib
 import datetime as _dt
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import IO, Any, Protocol, TextIO
 
 from ..prd.model import PRD, Story
 from ..util.env import CHILD_ENV, PAUSE_FILE_ENV
+from ..util.process import sigterm_raises
 from . import plan
 from .lanerecord import (
     RECORD,
@@ -179,22 +177,6 @@ class Running:
     log_file: IO[bytes] | None = None
 
 
-@contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise Interrupted(f"signal {signum}")
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _new_run_id() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
@@ -301,7 +283,7 @@ class Scheduler:
                       f"{self.o.state_dir}")
         self._cancel_file().unlink(missing_ok=True)
         try:
-            with _sigterm_raises():
+            with sigterm_raises(Interrupted):
                 self._resume_lanes(repo)
                 self._loop(repo, prd, queue)
         except (KeyboardInterrupt, Interrupted) as exc:

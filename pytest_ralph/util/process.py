@@ -19,7 +19,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -677,3 +678,23 @@ def read_tail(f: IO[bytes], max_bytes: int) -> str:
         nl = text.find("\n")
         text = "...\n" + (text[nl + 1:] if 0 <= nl < 200 else text)
     return text
+
+
+@contextmanager
+def sigterm_raises(make: Callable[[str], BaseException]) -> Iterator[None]:
+    """While the block runs, SIGTERM raises ``make("signal 15")`` in the main thread (as
+    Ctrl-C raises :class:`KeyboardInterrupt`), so that the code under it cleans up as for an
+    interrupt; the previous handler comes back after the block. Outside the main thread
+    nothing is installed (Python allows signal handlers only there)."""
+    def handler(signum: int, frame: object) -> None:
+        raise make(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
