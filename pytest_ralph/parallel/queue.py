@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..checks.phase import pytest_command
 from ..checks.results import CheckResults, read_results
 from ..oracle.snapshot import Change, Snapshot, compare, snapshot
 from ..prd.errors import PRDError
@@ -761,7 +762,9 @@ def gate_check(prd: Path, *, python: str = sys.executable, timeout: float = CHEC
                if k not in ("GITHUB_STEP_SUMMARY", CONTROLLER_ENV, CHILD_ENV)}
         with tempfile.TemporaryDirectory(prefix="pytest-ralph-queue-") as tmp:
             results = Path(tmp) / "results.json"
-            argv = [python, "-m", "pytest", str(rel), "-q", "-p", "no:cacheprovider",
+            # Started as the loop's check phases start pytest: a pytest.py (or a plugin's
+            # name) that the branch puts in the project folder cannot shadow pytest itself.
+            argv = [*pytest_command(python), str(rel), "-q", "-p", "no:cacheprovider",
                     "--ralph-results", str(results), *args]
             with tempfile.TemporaryFile() as out:
                 try:

@@ -5,6 +5,7 @@ subprocess."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -388,3 +389,13 @@ def test_a_file_an_earlier_check_left_does_not_pass_a_later_story(tmp_path: Path
     idle = lane(repo, "US-002", {"b.txt": "nothing for the stamp\n"})
     result = q.merge("US-002", idle.branch)
     assert result.outcome == "story-failed", result
+
+
+def test_a_pytest_py_on_the_branch_does_not_replace_the_gates_pytest(root: Path,
+                                                                    repo: Repo) -> None:
+    fake = ("import os, sys\nopen(os.path.join(os.environ['HOME'], 'SHADOWED'), 'w')"
+            ".write('x')\nsys.exit(0)\n")
+    cheat = lane(repo, "US-001", {"pytest.py": fake})
+    result = queue(repo).merge("US-001", cheat.branch)
+    assert result.outcome == "story-failed", result
+    assert not (Path(os.environ["HOME"]) / "SHADOWED").exists()  # the branch's pytest.py never ran
