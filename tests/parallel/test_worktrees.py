@@ -26,7 +26,7 @@ from pytest_ralph.parallel.worktrees import (
     remove_lane,
     repair,
 )
-from tests.support.git import git, needs_git
+from tests.support.git import git, isolate_git, needs_git
 
 pytestmark = needs_git
 
@@ -36,14 +36,7 @@ RUN = "20261203-0700-ab12"
 @pytest.fixture(autouse=True)
 def _no_user_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The module's git sees no user or system configuration; the identity comes from env."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for role in ("AUTHOR", "COMMITTER"):
-        monkeypatch.setenv(f"GIT_{role}_NAME", "t")
-        monkeypatch.setenv(f"GIT_{role}_EMAIL", "t@example.com")
+    isolate_git(tmp_path, monkeypatch)
 
 
 @pytest.fixture

@@ -32,3 +32,17 @@ def git(root: Path, *args: str) -> str:
     done = subprocess.run(["git", "-C", str(root), "-c", "commit.gpgsign=false", *args],
                           capture_output=True, env=env, check=True)
     return done.stdout.decode()
+
+
+def isolate_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make git see no user or system configuration (``HOME`` and ``XDG_CONFIG_HOME`` under
+    ``tmp_path/home``, ``GIT_CONFIG_NOSYSTEM=1``), with the identity ``t <t@example.com>``
+    from the environment. ``monkeypatch``: pytest's fixture of the test."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for role in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{role}_NAME", "t")
+        monkeypatch.setenv(f"GIT_{role}_EMAIL", "t@example.com")
