@@ -9,7 +9,9 @@ what ``--ralph-plan`` prints) the branch's name ends with; the story whose
 ``ralph/<run>/<key>``). A branch that names no story of the PRD is a usage error.
 
 The stories are merged in the plan's order (:func:`pytest_ralph.parallel.plan.waves`, each
-wave by priority) by :class:`pytest_ralph.parallel.queue.MergeQueue` onto the integration
+wave by priority, as one batch: :meth:`pytest_ralph.parallel.queue.MergeQueue.merge_batch`
+checks a wave once when all of it passes, else one story at a time) by
+:class:`pytest_ralph.parallel.queue.MergeQueue` onto the integration
 branch ``ralph/merge-<base>/integration`` (``<base>``: the first 12 hex digits of ``HEAD``,
 so that running it again resumes the same queue), each checked by the gate
 (:func:`pytest_ralph.parallel.queue.gate_check`). A story that depends on a given story that
@@ -144,19 +146,26 @@ def merge(rootdir: Path, prd: Path | None, args: list[str], *, state_dir: Path |
         for _, branch in given:  # every branch checked before the first merge
             queue.branch_commit(branch)
         done = {r.story: r for r in queue.results if r.merged}
+        found: dict[str, MergeResult] = dict(done)
+        for wave in waves(loaded):  # a wave's stories depend on none of each other
+            batch: list[tuple[str, str]] = []
+            for story in wave:
+                if story.id not in branch_of or story.id in done:
+                    continue
+                waiting = [d for d in story.depends_on if d in branch_of and d not in done]
+                if waiting:
+                    found[story.id] = queue.block(story.id, branch_of[story.id], "waits for "
+                                                  + ", ".join(waiting) + ", not merged")
+                else:
+                    batch.append((story.id, branch_of[story.id]))
+            for (sid, _), result in zip(batch, queue.merge_batch(batch), strict=True):
+                found[sid] = result
+                if result.merged:
+                    done[sid] = result
         lines: list[str] = []
         results: list[MergeResult] = []
         for story in order:
-            branch = branch_of[story.id]
-            if story.id in done:
-                result = done[story.id]
-            else:
-                waiting = [d for d in story.depends_on if d in branch_of and d not in done]
-                result = (queue.block(story.id, branch, "waits for " + ", ".join(waiting)
-                                      + ", not merged") if waiting
-                          else queue.merge(story.id, branch))
-            if result.merged:
-                done[story.id] = result
+            result = found[story.id]
             results.append(result)
             lines.append(result.line())
             lines += [f"  {f}" for f in result.failures[:10]]
