@@ -315,6 +315,27 @@ def test_cancel_stops_every_lane(tmp_path: Path) -> None:
     assert "stopped (the same command resumes it)" in status.stdout
 
 
+@pytest.mark.parametrize(("signum", "said"), [
+    (signal.SIGINT, "interrupted by Ctrl-C"),
+    (signal.SIGTERM, "stopped by SIGTERM (signal 15)"),
+])
+def test_ctrl_c_and_sigterm_say_what_stopped_the_run(tmp_path: Path, signum: int,
+                                                     said: str) -> None:
+    root = project(tmp_path, FOUR[:2])
+    proc = start(root, tmp_path, "--ralph-parallel", "2", "--ralph-agent", agent(tmp_path),
+                 AGENT_SLEEP="60")
+    wait_until(lambda: started(tmp_path) == 2)
+    groups = lane_pgids(root)
+    os.killpg(proc.pid, signum)  # as a terminal's Ctrl-C: the controller's process group
+    assert proc.wait(timeout=60) == 2
+    assert not any(alive(p) for p in groups)
+    out = (tmp_path / "controller.log").read_text()
+    (line,) = [ln for ln in out.splitlines() if "every lane's processes were stopped" in ln]
+    assert line == (f"pytest-ralph: {said}: every lane's processes were stopped; their runs "
+                    "and worktrees are kept; the same command resumes the run"), out
+    assert "Traceback" not in out
+
+
 def test_two_stories_editing_the_same_lines(tmp_path: Path) -> None:
     stories = [story("US-001", {"text": "done 1", "run": "grep -qx 'done US-001' shared.txt"},
                      *criteria("US-001.txt"), priority=1),
