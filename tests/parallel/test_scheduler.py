@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 from tests.support.env import clean_env
 from tests.support.git import git, needs_git
 from tests.support.prd import story
+from tests.support.terminal import Screen, run_in_pty
 
 pytestmark = needs_git
 
@@ -358,6 +360,40 @@ def test_two_stories_editing_the_same_lines(tmp_path: Path) -> None:
 # -- the live view and --ralph-status, from real files ---------------------------------------
 
 
+#: A status line of the live view as drawn: story, phase, elapsed, branch (which may be
+#: cut at the terminal's width).
+STATUS_LINE = re.compile(r"^  lane (US-00[12]) +(iteration 1/3: agent) +(\d+\.\ds)"
+                         r"(?: +ralph/\S*)?$")
+
+
+def test_the_live_view_on_a_real_terminal(tmp_path: Path) -> None:
+    root = project(tmp_path, FOUR[:2])
+    cols = 80
+    code, out = run_in_pty([sys.executable, "-m", "pytest", "--ralph", "--ralph-sandbox", "off",
+                            "--ralph-parallel", "2", "--ralph-agent", agent(tmp_path),
+                            "--ralph-max-iterations", "3"], root,
+                           env(tmp_path, AGENT_SLEEP="6", TERM="xterm", COLUMNS=""),
+                           cols=cols, rows=40)
+    assert code == 0, out
+    # each redraw: both lanes' lines, each no wider than the terminal, with story, phase
+    # and elapsed time
+    frames = [[m.groups() for m in map(STATUS_LINE.match, frame.split("\x1b[K")) if m]
+              for frame in re.split(r"\x1b\[\d+F\x1b\[J", out.replace("\r\n", ""))]
+    drawn = [line for line in out.replace("\x1b[K", "\r\n").split("\r\n")
+             if line.startswith("  lane ")]
+    assert drawn and all(len(line) < cols for line in drawn), drawn[:4]
+    assert any([g[0] for g in f] == ["US-001", "US-002"] for f in frames), out[-3000:]
+    elapsed = sorted(float(g[2][:-1]) for f in frames for g in f if g[0] == "US-001")
+    assert elapsed[0] < elapsed[-1] and elapsed[-1] >= 3.0  # the clock ran
+    # once the run is over, what the terminal shows has no status line left
+    screen = Screen(cols=cols, rows=40)
+    screen.feed(out)
+    shown = screen.text()
+    assert not [line for line in shown if line.startswith("  lane ")], "\n".join(shown)
+    assert any("2/2 stories merged and verified" in line for line in shown), "\n".join(shown)
+    assert any("queue: US-001 merged" in line for line in shown)
+
+
 def test_lane_phase_reads_the_last_heading_and_the_live_record(tmp_path: Path) -> None:
     from pytest_ralph.parallel.lanerecord import lane_phase
 
@@ -395,6 +431,27 @@ def test_the_lane_view_redraws_one_line_per_lane_on_a_terminal() -> None:
     plain = io.StringIO()
     LaneView(plain, tty=False).draw(["  lane US-001 baseline"])
     assert plain.getvalue() == ""  # no terminal: the event lines only
+
+
+def test_a_status_line_wider_than_the_terminal_is_cut_so_that_no_row_is_left() -> None:
+    import io
+
+    from pytest_ralph.parallel.lanerecord import LaneView
+
+    wide = ["  lane US-001 " + "x" * 60, "  lane US-002 " + "y" * 60]
+    shown = {}
+    for width in (10_000, 40):  # 10_000: not cut, as before the cut was made
+        out = io.StringIO()
+        view = LaneView(out, tty=True, width=width)
+        view.draw(wide)
+        view.draw(wide)
+        view.say("pytest-ralph: event")
+        view.end()
+        screen = Screen(cols=40, rows=24)
+        screen.feed(out.getvalue().replace("\n", "\r\n"))  # as the terminal driver does
+        shown[width] = screen.text()
+    assert shown[40] == ["pytest-ralph: event"]
+    assert len(shown[10_000]) > 1 and "xxxx" in shown[10_000][0]  # a wrapped row was left
 
 
 def test_status_lines_of_a_stopped_run(tmp_path: Path) -> None:
