@@ -272,7 +272,10 @@ def test_kill_9_of_the_controller_then_the_same_command_resumes(tmp_path: Path) 
     stories = [story(f"US-00{i}", *criteria(f"f{i}.txt"), priority=i) for i in range(1, 4)]
     root = project(tmp_path, stories)
     args = ("--ralph-parallel", "3", "--ralph-agent", agent(tmp_path))
-    proc = start(root, tmp_path, *args, AGENT_SLEEP="6")
+    # The orphans' agents must still be running when the resumed controller looks (it stops
+    # them, so a long sleep costs nothing): 6 s was not enough for a resume's start-up on a
+    # loaded machine (under -n 2, two of three lanes had finished by then).
+    proc = start(root, tmp_path, *args, AGENT_SLEEP="60")
     wait_until(lambda: started(tmp_path) == 3)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -355,6 +358,91 @@ def test_two_stories_editing_the_same_lines(tmp_path: Path) -> None:
     report = (root / ".pytest_ralph" / "parallel-report.md").read_text()
     assert "| conflict |" in report
     assert len(worktrees(root)) == 1
+
+
+#: A fake ``claude`` (stream-json on stdout) for two lanes. US-001's first run waits until
+#: US-002's first run has started, then is rate limited until RESET_IN seconds from now
+#: (Claude Code's "usage limit reached|<epoch>"); its second writes f1.txt. US-002's first
+#: run waits until the run's shared pause file exists (the rate limit is known), records it
+#: and writes f2a.txt; its second writes f2b.txt. Each run appends ``<story> <n> start|end
+#: <unix time>`` to AGENT_RUNS.
+RATE_LIMITED_CLAUDE = r"""
+import glob, json, os, re, sys, time
+sys.stdin.read()
+sid = re.search(r"/(US-\d+)\.\d+\.state/", os.environ["PYTEST_RALPH_PROMPT_FILE"]).group(1)
+count = os.path.join(os.environ["AGENT_DIR"], sid + ".count")
+n = int(open(count).read()) + 1 if os.path.exists(count) else 1
+open(count, "w").write(str(n))
+def note(what):
+    with open(os.environ["AGENT_RUNS"], "a") as f:
+        f.write(f"{sid} {n} {what} {time.time():.3f}\n")
+def result(text, error=False):
+    print(json.dumps({"type": "system", "subtype": "init", "session_id": "s", "tools": []}))
+    print(json.dumps({"type": "result", "subtype": "success", "is_error": error,
+                      "api_error_status": None, "result": text, "num_turns": 1,
+                      "total_cost_usd": 0, "duration_ms": 1, "session_id": "s",
+                      "usage": {"input_tokens": 1, "output_tokens": 1},
+                      "terminal_reason": "api_error" if error else "completed"}), flush=True)
+note("start")
+if sid == "US-001" and n == 1:
+    end = time.time() + 120
+    while "US-002 1 start" not in open(os.environ["AGENT_RUNS"]).read() and time.time() < end:
+        time.sleep(0.1)
+    reset = int(time.time() + float(os.environ["RESET_IN"]))
+    result(f"Claude AI usage limit reached|{reset}", error=True)
+    note("end")
+    sys.exit(1)
+if sid == "US-002" and n == 1:
+    end = time.time() + 120
+    while not (found := glob.glob(os.environ["PAUSE_GLOB"])) and time.time() < end:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    with open(os.path.join(os.environ["AGENT_DIR"], "pause-seen.json"), "w") as f:
+        f.write(open(found[0]).read() if found else "{}")
+name = {"US-001": "f1.txt", "US-002": "f2a.txt" if n == 1 else "f2b.txt"}[sid]
+open(name, "w").write(f"work of {sid}\n")
+result("Done.")
+note("end")
+"""
+
+
+def test_a_rate_limit_in_one_lane_pauses_the_other_lane_too(tmp_path: Path) -> None:
+    stories = [story("US-001", *criteria("f1.txt"), priority=1),
+               story("US-002", *criteria("f2a.txt", "f2b.txt"), priority=2)]
+    root = project(tmp_path, stories)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    claude = bin_dir / "claude"
+    claude.write_text(f"#!{sys.executable}\n" + RATE_LIMITED_CLAUDE)
+    claude.chmod(0o755)
+    # max-iterations 2: US-002 needs both; a pause counted as an iteration would block it
+    done = ralph(root, tmp_path, "--ralph-parallel", "2", "--ralph-agent", "claude",
+                 "--ralph-max-iterations", "2",
+                 PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+                 AGENT_DIR=str(tmp_path), RESET_IN="30",
+                 PAUSE_GLOB=str(root / ".pytest_ralph" / "parallel" / "*" / "pause-*.json"))
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "2/2 stories merged and verified" in out
+    runs: dict[tuple[str, int], dict[str, float]] = {}
+    for line in (tmp_path / "agent-runs.txt").read_text().splitlines():
+        sid, n, what, when = line.split()
+        runs.setdefault((sid, int(n)), {})[what] = float(when)
+    assert sorted(runs) == [("US-001", 1), ("US-001", 2), ("US-002", 1), ("US-002", 2)]
+    until = json.loads((tmp_path / "pause-seen.json").read_text())["until"]
+    limited = runs[("US-001", 1)]["end"]
+    assert until - limited >= 25  # the pause A shared: to the stated reset (+1 s)
+    # lane B's first run was under way when A was limited; its next one waited for the end
+    assert runs[("US-002", 1)]["start"] < limited < runs[("US-002", 1)]["end"] < until - 5
+    assert runs[("US-002", 2)]["start"] >= until - 0.5
+    assert runs[("US-001", 2)]["start"] >= until - 1.5  # A waited out its own pause
+    stories_rec = record(root)["stories"]
+    assert stories_rec["US-001"]["iterations"] == 1  # the limited run spent no iteration
+    assert stories_rec["US-002"]["iterations"] == 2  # nor did the wait
+    b_log = Path(stories_rec["US-002"]["log"]).read_text()
+    assert "another lane's agent was rate limited (until the stated reset at" in b_log, b_log
+    assert "another lane's agent was rate limited" not in Path(
+        stories_rec["US-001"]["log"]).read_text()
 
 
 # -- the live view and --ralph-status, from real files ---------------------------------------
