@@ -31,7 +31,7 @@ half done is undone, so that the integration branch is always at the last record
 A lane's branch is only read: nothing here moves, rewrites or deletes it, so a story whose
 merge was refused keeps all its work there.
 
-git runs as :mod:`pytest_ralph.parallel.worktrees` runs it (no prompt, no hook, no signing, a
+git runs as :mod:`pytest_ralph.parallel.gitcmd` runs it (no prompt, no hook, no signing, a
 timeout); a git failure raises :class:`QueueError`. This module does not import pytest.
 """
 
@@ -56,20 +56,10 @@ from ..prd.load import load_prd
 from ..util.env import CHILD_ENV, CONTROLLER_ENV
 from ..util.files import atomic_write_text
 from ..util.process import run_in_group
+from .gitcmd import WorktreeError, fails, git, identity, list_worktrees, same_path
 from .names import BRANCH_PREFIX, INTEGRATION, lane_key
 from .outcomes import OUTCOMES, CheckOutcome, FinishResult, MergeResult, one_line
-from .worktrees import (
-    LANES,
-    Repo,
-    WorktreeError,
-    _ensure_ignored,
-    _fails,
-    _git,
-    _identity,
-    _same,
-    _uncommitted,
-    _worktrees,
-)
+from .worktrees import LANES, Repo, ensure_ignored, uncommitted
 
 __all__ = ["INTEGRATION", "OUTCOMES", "QUEUE_FILE", "QUEUE_VERSION", "CheckOutcome",
            "FinishResult", "MergeQueue", "MergeResult", "QueueError", "gate_check",
@@ -201,7 +191,7 @@ class MergeQueue:
         judges = self._oracle()
         code, _, _ = self._git("merge", "--no-ff", "--no-edit", "-m",
                                f"ralph: merge story {story_id} ({branch})", lane_commit,
-                               ok=(0, 1), config=_identity(self.path))
+                               ok=(0, 1), config=identity(self.path))
         if code != 0:
             paths = self._conflicts()
             self._git("merge", "--abort", ok=(0, 128))
@@ -278,7 +268,7 @@ class MergeQueue:
             judges = self._oracle()
             code, _, _ = self._git("merge", "--no-ff", "--no-edit", "-m",
                                    f"ralph: merge story {story_id} ({branch})", lane_commit,
-                                   ok=(0, 1), config=_identity(self.path))
+                                   ok=(0, 1), config=identity(self.path))
             if code != 0:
                 paths = self._conflicts()
                 self._git("merge", "--abort", ok=(0, 128))
@@ -400,14 +390,14 @@ class MergeQueue:
         if old != start:
             return manual(f"{user_branch} moved since the run started (from {start[:12]} to "
                           f"{old[:12]})")
-        if _fails(top, "merge-base", "--is-ancestor", start, head):
+        if fails(top, "merge-base", "--is-ancestor", start, head):
             return manual(f"{self.branch} does not descend from {start[:12]}")
-        where = [w for w in _worktrees(top) if w.get("branch") == ref]
+        where = [w for w in list_worktrees(top) if w.get("branch") == ref]
         if not where:
             self._git_at(top, "update-ref", "-m", f"pytest-ralph: fast-forward to {self.branch}",
                          ref, head, old)
-        elif _same(where[0]["worktree"], top):
-            changes = _uncommitted(top, self.repo.state_dir)
+        elif same_path(where[0]["worktree"], top):
+            changes = uncommitted(top, self.repo.state_dir)
             if changes:
                 return manual(f"the working tree of {top} has uncommitted changes "
                               f"({', '.join(changes[:3])}{', ...' if len(changes) > 3 else ''})")
@@ -426,8 +416,8 @@ class MergeQueue:
             QueueError: git failed.
         """
         top = self.repo.top
-        for w in _worktrees(top):
-            if _same(w["worktree"], self.path):
+        for w in list_worktrees(top):
+            if same_path(w["worktree"], self.path):
                 self._git_at(top, "worktree", "remove", "--force", "--force", str(self.path))
         self._git_at(top, "worktree", "prune")
 
@@ -466,7 +456,7 @@ class MergeQueue:
     def _git_at(cwd: Path, *args: str, ok: tuple[int, ...] = (0,),
                 config: tuple[str, ...] = ()) -> tuple[int, str, str]:
         try:
-            return _git(cwd, *args, ok=ok, config=config)
+            return git(cwd, *args, ok=ok, config=config)
         except WorktreeError as exc:
             raise QueueError(str(exc)) from None
 
@@ -565,26 +555,26 @@ class MergeQueue:
         (a merge a crash left unfinished or unchecked is undone)."""
         top = self.repo.top
         ref = f"refs/heads/{self.branch}"
-        if _fails(top, "show-ref", "--verify", "-q", ref):
+        if fails(top, "show-ref", "--verify", "-q", ref):
             if self._state.results and self._state.head != self.base:
                 raise QueueError(f"the integration branch {self.branch} is gone but "
                                  f"{self.file} records merges onto it; move the file aside "
                                  "to start the queue again")
             self._git_at(top, "branch", "--no-track", self.branch, self._state.head)
-        registered = [w for w in _worktrees(top) if _same(w["worktree"], self.path)]
+        registered = [w for w in list_worktrees(top) if same_path(w["worktree"], self.path)]
         ready = bool(registered) and "prunable" not in registered[0] and \
             registered[0].get("branch") == ref and (self.path / ".git").is_file()
         if not ready:
             if self.path.exists():
                 self.path.rename(self.path.with_name(f"{INTEGRATION}.broken-{int(time.time())}"))
             self._git_at(top, "worktree", "prune")
-            for w in _worktrees(top):
+            for w in list_worktrees(top):
                 if w.get("branch") == ref:
                     self._git_at(top, "worktree", "remove", "--force", "--force", w["worktree"])
-            _ensure_ignored(self.repo.state_dir)
+            ensure_ignored(self.repo.state_dir)
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._git_at(top, "worktree", "add", str(self.path), self.branch)
-        if not _fails(self.path, "rev-parse", "-q", "--verify", "MERGE_HEAD"):
+        if not fails(self.path, "rev-parse", "-q", "--verify", "MERGE_HEAD"):
             self._git("merge", "--abort", ok=(0, 128))
         self._reset(self._state.head)
 

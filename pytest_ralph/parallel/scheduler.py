@@ -46,6 +46,7 @@ import contextlib
 import datetime as _dt
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -132,7 +133,25 @@ QueueFactory = Callable[[Repo, str, str], Queue]
 
 
 class Interrupted(Exception):
-    """SIGTERM reached the controller (Ctrl-C is :class:`KeyboardInterrupt`)."""
+    """SIGTERM reached the controller (Ctrl-C is :class:`KeyboardInterrupt`); the message is
+    ``"signal 15"`` (:func:`pytest_ralph.util.process.sigterm_raises`) or the reason."""
+
+
+def interruption(exc: BaseException) -> str:
+    """What stopped the run, for the line the controller prints: ``"interrupted by Ctrl-C"``
+    for a :class:`KeyboardInterrupt`, ``"stopped by SIGTERM (signal 15)"`` for the
+    :class:`Interrupted` of a signal, ``"stopped: <message>"`` for another :class:`Interrupted`
+    (``"stopped"`` when it says nothing)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted by Ctrl-C"
+    text = str(exc).strip()
+    number = text.removeprefix("signal ")
+    if number != text and number.isdigit():
+        try:
+            return f"stopped by {signal.Signals(int(number)).name} ({text})"
+        except ValueError:
+            return f"stopped by {text}"
+    return f"stopped: {text}" if text else "stopped"
 
 
 @dataclass
@@ -298,7 +317,7 @@ class Scheduler:
             self._stop_all()
             cancelled = self._cancel_file().exists()
             self.view.end()
-            why = "cancelled by --ralph-cancel" if cancelled else f"interrupted ({exc or 'Ctrl-C'})"
+            why = "cancelled by --ralph-cancel" if cancelled else interruption(exc)
             self.view.say(f"pytest-ralph: {why}: every lane's processes were stopped; their "
                           "runs and worktrees are kept; the same command resumes the run")
             self._save()
