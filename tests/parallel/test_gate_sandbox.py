@@ -238,3 +238,25 @@ def test_ralph_parallel_confines_the_gate(base: Path) -> None:
     data = json.loads((root / ".pytest_ralph" / "parallel.json").read_text())
     assert data["stories"]["US-001"]["phase"] == "merged"
     assert data["stories"]["US-002"]["phase"] != "merged"
+
+
+def test_ralph_parallel_requiring_a_missing_bubblewrap_is_refused(base: Path) -> None:
+    root, home = project(base)
+    bin_dir = base / "nobwrap"
+    bin_dir.mkdir()
+    for tool in ("sh", "git"):
+        found = shutil.which(tool)
+        assert found is not None
+        (bin_dir / tool).symlink_to(found)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--ralph",
+                           "--ralph-parallel", "2", "--ralph-sandbox", "required",
+                           "--ralph-agent", "true"],
+                          cwd=root, env=env(home, PATH=str(bin_dir)), text=True,
+                          capture_output=True, timeout=300)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert ("pytest-ralph: --ralph-parallel: ralph_sandbox = required from --ralph-sandbox, "
+            "but the gate (the lanes' code) cannot be confined: bwrap is not installed"
+            ) in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (root / ".pytest_ralph" / "parallel.json").exists()  # no lane started
+    assert git(root, "worktree", "list").count("\n") == 1
