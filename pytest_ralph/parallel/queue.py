@@ -38,7 +38,6 @@ timeout); a git failure raises :class:`QueueError`. This module does not import 
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
 import tempfile
@@ -48,22 +47,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..checks.phase import pytest_command
-from ..checks.results import read_results
+from ..checks.phase import CheckPhaseConfig, run_check_phase
 from ..oracle.snapshot import Change, Snapshot, compare, snapshot
 from ..prd.errors import PRDError
 from ..prd.load import load_prd
-from ..util.env import CHILD_ENV, CONTROLLER_ENV
+from ..sandbox.bwrap import Sandbox
+from ..util.env import CONTROLLER_ENV
 from ..util.files import atomic_write_text
-from ..util.process import run_in_group
 from .gitcmd import WorktreeError, fails, git, identity, list_worktrees, same_path
 from .names import BRANCH_PREFIX, INTEGRATION, lane_key
 from .outcomes import OUTCOMES, CheckOutcome, FinishResult, MergeResult, one_line
 from .worktrees import LANES, Repo, ensure_ignored, uncommitted
 
 __all__ = ["INTEGRATION", "OUTCOMES", "QUEUE_FILE", "QUEUE_VERSION", "CheckOutcome",
-           "FinishResult", "MergeQueue", "MergeResult", "QueueError", "gate_check",
-           "integration_branch"]
+           "FinishResult", "MergeQueue", "MergeResult", "QueueError", "describe_gate",
+           "gate_around", "gate_check", "integration_branch"]
 
 #: The file of the queue's history, in ``<state folder>/lanes/<run key>/``.
 QUEUE_FILE = "queue.json"
@@ -604,18 +602,66 @@ def _judges_result(story_id: str, branch: str, lane_commit: str, at: str,
 # -- the production check ---------------------------------------------------------------------
 
 
+def gate_around(repo: Repo) -> tuple[Path, ...]:
+    """The folders a confined gate gets read-only around its integration worktree: the
+    user's working tree (``repo.top``) and the repository's ``.git`` folder (its common
+    folder: config, hooks, refs, objects, and the ``worktrees/`` entry the integration
+    worktree's ``.git`` file points into), wherever it is.
+
+    Raises:
+        QueueError: git failed.
+    """
+    try:
+        common = git(repo.top, "rev-parse", "--path-format=absolute",
+                     "--git-common-dir")[1].strip()
+    except WorktreeError as exc:
+        raise QueueError(str(exc)) from None
+    return (repo.top, *([Path(common)] if common else []))
+
+
+def describe_gate(sandbox: Sandbox | None, *, done: bool = True) -> str:
+    """One sentence for the merge output, the report and the job summary: what the gate, which
+    runs the lanes' code, could write (``done``: in the past tense, else the present)."""
+    runs, could, can = ("ran", "could", "could") if done else ("runs", "may", "can")
+    if sandbox is not None and sandbox.confined:
+        return (f"the gate {runs} the lanes' code {sandbox.describe()}: it {could} write only "
+                "the integration worktree (less the PRD and the files that judge it) and a "
+                "private results folder; your working tree, .git, the state folder and your "
+                "home are read-only to it")
+    why = sandbox.reason if sandbox is not None else "no sandbox given"
+    return (f"the gate {runs} the lanes' code UNCONFINED ({why}): their checks {can} write "
+            "anything you can (your working tree, .git/config and hooks, your home); install "
+            "bubblewrap and set ralph_sandbox = required to confine it")
+
+
 def gate_check(prd: Path, *, python: str = sys.executable, timeout: float = CHECK_TIMEOUT,
-               args: Sequence[str] = ()) -> Callable[[Path], CheckOutcome]:
-    """A ``check`` for :class:`MergeQueue`: the gate ``python -m pytest <prd> -q -p
-    no:cacheprovider --ralph-results PATH [args]`` run in the folder it is given, its results
-    file (:mod:`pytest_ralph.checks.results`, in a temporary folder outside the project) read
-    back.
+               args: Sequence[str] = (), sandbox: Sandbox | None = None,
+               state_dir: Path | None = None, around: Sequence[Path] = (),
+               inifile: Path | None = None) -> Callable[[Path], CheckOutcome]:
+    """A ``check`` for :class:`MergeQueue`: the gate, ``pytest <prd> --ralph-results PATH
+    [args]`` run in the folder it is given as a check phase of the loop runs
+    (:func:`pytest_ralph.checks.phase.run_check_phase`: the launcher that a ``pytest.py`` of
+    the branch cannot stand in for, private bytecode, results in a private folder outside
+    the project, distrusted when they disagree with how the child ended, redacted).
+
+    The code on a lane's branch is agent code: with a ``sandbox`` that confines, the gate runs
+    under bubblewrap and may write only the folder it is given (less the PRD and the files
+    that judge its criteria, read-only) and its private results folder; ``state_dir``, the
+    paths ``around`` (:func:`gate_around`: the user's working tree, the repository's ``.git``),
+    the home folder and the rest stay read-only. Otherwise it runs unconfined, under the
+    supervisor (every process it starts dies with it); ``None``: unconfined, unsupervised.
 
     Args:
         prd: the PRD, relative to the project folder (the same place in every worktree).
         python: the interpreter that runs pytest (one with pytest-ralph installed).
         timeout: seconds before the gate's process group is killed.
         args: more arguments for the gate.
+        sandbox: the run's sandbox (:func:`pytest_ralph.sandbox.bwrap.probe`).
+        state_dir: the run's state folder (read-only to a confined gate).
+        around: more read-only paths that hold the folder (see above).
+        inifile: the pytest configuration file, relative to the project folder (the copy in
+            the folder it is given is used) or absolute; ``None``: none (pytest's defaults,
+            never a file above the project).
 
     Returns:
         the callable. A gate that writes no results (a crash, a timeout), checks no criterion
@@ -625,34 +671,44 @@ def gate_check(prd: Path, *, python: str = sys.executable, timeout: float = CHEC
     rel = Path(prd)
 
     def check(folder: Path) -> CheckOutcome:
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("GITHUB_STEP_SUMMARY", CONTROLLER_ENV, CHILD_ENV)}
+        path = folder / rel
+        judges: tuple[Path, ...] = ()
+        expected: tuple[tuple[str, str, str], ...] = ()
+        oracle: Snapshot | None = None
+        try:
+            loaded = load_prd(path)
+            oracle = snapshot(loaded, folder)
+            judges = oracle.judges(folder)
+            expected = tuple((st.id, c.id, c.text) for st in loaded.stories
+                             for c in st.criteria)
+        except (PRDError, OSError):
+            pass  # the gate's pytest says what is wrong with it
+        config = CheckPhaseConfig(
+            prd=path, rootdir=folder, python=python, timeout=timeout, extra_args=tuple(args),
+            inifile=None if inifile is None else folder / inifile, sandbox=sandbox,
+            state_dir=state_dir, judges=judges, oracle=oracle, expected=expected,
+            around=tuple(around), drop_env=("GITHUB_STEP_SUMMARY", CONTROLLER_ENV))
         with tempfile.TemporaryDirectory(prefix="pytest-ralph-queue-") as tmp:
-            results = Path(tmp) / "results.json"
-            # Started as the loop's check phases start pytest: a pytest.py (or a plugin's
-            # name) that the branch puts in the project folder cannot shadow pytest itself.
-            argv = [*pytest_command(python), str(rel), "-q", "-p", "no:cacheprovider",
-                    "--ralph-results", str(results), *args]
-            with tempfile.TemporaryFile() as out:
-                try:
-                    done = run_in_group(argv, cwd=folder, output=out, timeout=timeout, env=env)
-                except OSError as exc:
-                    return CheckOutcome({}, {}, errors=(f"cannot run the gate: {exc}",))
-                out.seek(0)
-                tail = out.read()[-2000:].decode("utf-8", "replace")
-            if done.timed_out:
-                return CheckOutcome({}, {}, errors=(
-                    f"the gate ran past {timeout:g} s and was stopped",))
-            shown = f"the gate `pytest {shlex.quote(str(rel))}` in {folder}"
             try:
-                outcome = CheckOutcome.from_results(read_results(results))
-            except ValueError:
-                return CheckOutcome({}, {}, errors=(
-                    f"{shown} wrote no results (exit {done.returncode}): {one_line(tail)}",))
-            if done.returncode in (0, 1) and outcome.criteria:
-                return outcome
-            return replace(outcome, errors=(*outcome.errors, (
-                f"{shown} exited {done.returncode} after checking {len(outcome.criteria)} "
-                f"criteria: {one_line(tail)}")))
+                results = run_check_phase(config, Path(tmp))
+            except OSError as exc:
+                return CheckOutcome({}, {}, errors=(f"cannot run the gate: {exc}",))
+            try:
+                tail = (Path(tmp) / "check.log").read_bytes()[-2000:].decode("utf-8", "replace")
+            except OSError:
+                tail = ""
+        shown = f"the gate `pytest {shlex.quote(str(rel))}` in {folder}"
+        code = results.exitstatus
+        checked = [c for c in results.criteria if c.kind != "missing"]
+        if code in (0, 1) and checked:
+            return CheckOutcome.from_results(results)
+        if not checked:  # one error: what the phase said (a timeout, no results), or the tail
+            said = "; ".join(results.errors) or tail
+            return CheckOutcome({}, {}, errors=(
+                f"{shown} exited {code} after checking 0 criteria: {one_line(said)}",))
+        outcome = CheckOutcome.from_results(results)
+        return replace(outcome, errors=(*outcome.errors, (
+            f"{shown} exited {code} after checking {len(checked)} "
+            f"criteria: {one_line(tail)}")))
 
     return check

@@ -173,6 +173,9 @@ class Options:
         inifile: the project's configuration file (its copy in each worktree is used).
         max_bytes: the PRD size limit.
         tty: whether ``out`` is a terminal (one redrawn status line per lane).
+        gate: what the merge queue's gate could write, one sentence
+            (:func:`pytest_ralph.parallel.queue.describe_gate`), said when the run starts and
+            in the report; ``""``: nothing said.
     """
 
     rootdir: Path
@@ -187,6 +190,7 @@ class Options:
     inifile: Path | None = None
     max_bytes: int = 10 * 1024 * 1024
     tty: bool = False
+    gate: str = ""
 
 
 @dataclass
@@ -308,6 +312,8 @@ class Scheduler:
                       f"{len(prd.stories)} stories, up to {self.o.parallel} lanes at once, "
                       f"from {rec.branch or 'a detached HEAD'} at {rec.base[:12]}; state "
                       f"{self.o.state_dir}")
+        if self.o.gate:
+            self.view.say(f"pytest-ralph: merge queue: {self.o.gate}")
         self._cancel_file().unlink(missing_ok=True)
         try:
             with sigterm_raises(Interrupted):
@@ -659,7 +665,8 @@ class Scheduler:
         lines = [f"# pytest-ralph parallel run {rec.run_id}", "",
                  f"- PRD: {rec.prd}", f"- From: {rec.branch or 'detached HEAD'} at "
                  f"{rec.base[:12]}", f"- Lanes at once: {self.o.parallel}",
-                 f"- Outcome: **{rec.result}**", "", "## Stories", "",
+                 f"- Outcome: **{rec.result}**",
+                 *([f"- Gate: {self.o.gate}"] if self.o.gate else []), "", "## Stories", "",
                  "| story | phase | attempts | merges | iterations | why |",
                  "|---|---|---|---|---|---|"]
         for sid, st in rec.stories.items():
