@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..loop.records import EXIT_NO_CRITERIA, EXIT_USAGE
+from ..oracle.bytecode import TrustedBytecode
 from ..parallel.names import lane_key
 from ..parallel.plan import branch_names, check, waves
 from ..parallel.queue import (
@@ -165,9 +166,12 @@ def merge(rootdir: Path, prd: Path | None, args: list[str], *, state_dir: Path |
     except ValueError:
         return MergeRun(EXIT_USAGE, f"{PREFIX}the PRD {path} is outside the project "
                         f"{repo.project}")
+    # The gates share one bytecode folder that only this process compiles into.
+    bytecode = TrustedBytecode.for_run(repo.project, confined=bool(sandbox and sandbox.confined))
+    bytecode.prime_in_background(bytecode.sources_loaded_here())
     try:
         gate = gate_check(rel, sandbox=sandbox, state_dir=repo.state_dir,
-                          around=gate_around(repo), inifile=inifile)
+                          around=gate_around(repo), inifile=inifile, bytecode=bytecode)
         queue = MergeQueue(repo, f"merge-{repo.head[:12]}", repo.head, gate, prd=rel)
         for _, branch in given:  # every branch checked before the first merge
             queue.branch_commit(branch)
@@ -198,6 +202,8 @@ def merge(rootdir: Path, prd: Path | None, args: list[str], *, state_dir: Path |
         queue.remove_worktree()
     except (QueueError, WorktreeError) as exc:
         return MergeRun(EXIT_USAGE, PREFIX + str(exc))
+    finally:
+        bytecode.close()
     merged = all(s.id in done for s in order)
     gate_text = describe_gate(sandbox)
     lines.append(f"integration branch: {queue.branch} ({queue.head[:12]}): push it with "

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checks.phase import CheckPhaseConfig, run_check_phase
+from ..oracle.bytecode import TrustedBytecode
 from ..oracle.snapshot import Change, Snapshot, compare, snapshot
 from ..prd.errors import PRDError
 from ..prd.load import load_prd
@@ -637,7 +638,8 @@ def describe_gate(sandbox: Sandbox | None, *, done: bool = True) -> str:
 def gate_check(prd: Path, *, python: str = sys.executable, timeout: float = CHECK_TIMEOUT,
                args: Sequence[str] = (), sandbox: Sandbox | None = None,
                state_dir: Path | None = None, around: Sequence[Path] = (),
-               inifile: Path | None = None) -> Callable[[Path], CheckOutcome]:
+               inifile: Path | None = None, bytecode: TrustedBytecode | None = None
+               ) -> Callable[[Path], CheckOutcome]:
     """A ``check`` for :class:`MergeQueue`: the gate, ``pytest <prd> --ralph-results PATH
     [args]`` run in the folder it is given as a check phase of the loop runs
     (:func:`pytest_ralph.checks.phase.run_check_phase`: the launcher that a ``pytest.py`` of
@@ -662,6 +664,10 @@ def gate_check(prd: Path, *, python: str = sys.executable, timeout: float = CHEC
         inifile: the pytest configuration file, relative to the project folder (the copy in
             the folder it is given is used) or absolute; ``None``: none (pytest's defaults,
             never a file above the project).
+        bytecode: the bytecode folder the gates of the run share
+            (:meth:`pytest_ralph.oracle.bytecode.TrustedBytecode.for_run`: only the controller
+            compiles into it, read-only to a confined gate), so that each gate does not
+            compile pytest again (about a second); ``None``: a fresh folder per gate.
 
     Returns:
         the callable. A gate that writes no results (a crash, a timeout), checks no criterion
@@ -687,7 +693,8 @@ def gate_check(prd: Path, *, python: str = sys.executable, timeout: float = CHEC
             prd=path, rootdir=folder, python=python, timeout=timeout, extra_args=tuple(args),
             inifile=None if inifile is None else folder / inifile, sandbox=sandbox,
             state_dir=state_dir, judges=judges, oracle=oracle, expected=expected,
-            around=tuple(around), drop_env=("GITHUB_STEP_SUMMARY", CONTROLLER_ENV))
+            around=tuple(around), drop_env=("GITHUB_STEP_SUMMARY", CONTROLLER_ENV),
+            bytecode=bytecode)
         with tempfile.TemporaryDirectory(prefix="pytest-ralph-queue-") as tmp:
             try:
                 results = run_check_phase(config, Path(tmp))

@@ -83,6 +83,7 @@ def run_parallel(config: pytest.Config, settings: Settings) -> int:
         pytest.UsageError: ``--ralph-story`` with ``--ralph-parallel`` (a lane is one story).
     """
     from ..loop.records import EXIT_NO_CRITERIA, EXIT_USAGE
+    from ..oracle.bytecode import TrustedBytecode
     from ..parallel.queue import MergeQueue, describe_gate, gate_around, gate_check
     from ..parallel.scheduler import Options, Queue, Scheduler
     from ..parallel.worktrees import Repo
@@ -112,11 +113,19 @@ def run_parallel(config: pytest.Config, settings: Settings) -> int:
                       max_bytes=settings.max_prd_bytes,
                       tty=sys.stdout.isatty(), gate=describe_gate(sandbox, done=False))
 
+    # The gates share one bytecode folder that only this process compiles into.
+    bytecode = TrustedBytecode.for_run(config.rootpath, confined=sandbox.confined)
+    bytecode.prime_in_background(bytecode.sources_loaded_here())
+
     def make_queue(repo: Repo, run_id: str, base: str) -> Queue:
         prd_rel = options.prd_path.relative_to(repo.project)
         gate = gate_check(prd_rel, python=sys.executable, sandbox=sandbox,
                           state_dir=repo.state_dir, around=gate_around(repo),
-                          inifile=gate_inifile(config, repo.top, repo.project))
+                          inifile=gate_inifile(config, repo.top, repo.project),
+                          bytecode=bytecode)
         return MergeQueue(repo, run_id, base, gate, prd=prd_rel)
 
-    return Scheduler(options, make_queue).run()
+    try:
+        return Scheduler(options, make_queue).run()
+    finally:
+        bytecode.close()
