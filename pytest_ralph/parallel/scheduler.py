@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol, TextIO
 
+from ..loop.chart import merge_chart
 from ..prd.model import PRD, Story
 from ..util.env import CHILD_ENV, PAUSE_FILE_ENV
 from ..util.process import sigterm_raises
@@ -589,7 +590,10 @@ class Scheduler:
         lines = [f"# pytest-ralph parallel run {rec.run_id}", "",
                  f"- PRD: {rec.prd}", f"- From: {rec.branch or 'detached HEAD'} at "
                  f"{rec.base[:12]}", f"- Lanes at once: {self.o.parallel}",
-                 f"- Outcome: **{rec.result}**", "", "## Stories", "",
+                 f"- Outcome: **{rec.result}**", "",
+                 *merge_chart([q["at"] for q in rec.queue if q["outcome"] == "merged"],
+                              len(rec.stories), (rec.ended or time.time()) - rec.started),
+                 "## Stories", "",
                  "| story | phase | attempts | merges | iterations | why |",
                  "|---|---|---|---|---|---|"]
         for sid, st in rec.stories.items():
