@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 #: bucket of iterations, the last check always shown).
 MOST_POINTS = 40
 
+#: Points a Mermaid chart shows at most (its labels do not turn: fewer fit than in the SVG).
+MERMAID_POINTS = 25
+
 #: Story ids listed per pass point in the Markdown note at most; the rest are counted.
 MOST_IDS = 12
 
@@ -135,23 +138,26 @@ def mermaid(chart: Chart, title: str = "Criteria passing per iteration") -> list
 
     Returns:
         Markdown lines. The chart uses only what Mermaid 10.9 parses (GitHub's renderer):
-        a title, an x axis of category labels, a y axis range, one ``bar`` and one ``line``.
+        an ``init`` directive (its size), a title, an x axis of category labels, a y axis
+        range, one ``bar`` and one ``line``; at most :data:`MERMAID_POINTS` points.
     """
     if not chart.points:
         return []
-    labels = ", ".join(f'"{p.n}"' for p in chart.points)
+    shown = [chart.points[i] for i in sample(len(chart.points), MERMAID_POINTS)]
+    labels = ", ".join(f'"{p.n}"' for p in shown)
     top = max(chart.total, chart.stories, 1)
-    out = ["```mermaid", "xychart-beta",
+    out = ["```mermaid", '%%{init: {"xyChart": {"width": 900, "height": 420}}}%%',
+           "xychart-beta",
            f'    title "{_label(title)}"',
            f'    x-axis "iteration (0: baseline)" [{labels}]',
            f'    y-axis "passing" 0 --> {top}',
-           f"    bar [{', '.join(str(p.passing) for p in chart.points)}]",
-           f"    line [{', '.join(str(p.stories) for p in chart.points)}]",
+           f"    bar [{', '.join(str(p.passing) for p in shown)}]",
+           f"    line [{', '.join(str(p.stories) for p in shown)}]",
            "```", "",
            f"Bars: criteria passing (of {chart.total}); line: stories passing (of "
            f"{chart.stories})."
-           + (f" {len(chart.points)} of {chart.checks} checks shown (sampled)."
-              if chart.sampled else "")]
+           + (f" {len(shown)} of {chart.checks} checks shown (sampled)."
+              if len(shown) < chart.checks else "")]
     points = pass_points(chart)
     if points:
         out += ["", "Story pass points (iteration: stories that passed for the first time):", ""]

@@ -86,10 +86,11 @@ def _chart(run: RunRecord) -> list[str]:
            + (f"; {len(chart.points)} of {chart.checks} checks shown" if chart.sampled else "")
            + ".</p>"]
     points = pass_points(chart)
-    if points:
-        out += ['<p>Story pass points:</p><ul class="passes">',
+    if points:  # folded when long (a details element: no JavaScript needed)
+        out += [f'<details class="passes"{" open" if len(points) <= 12 else ""}><summary>'
+                f"Story pass points ({len(points)} iterations)</summary><ul>",
                 *(f"<li>iteration {n}: {text(', '.join(sids))}</li>" for n, sids in points),
-                "</ul>"]
+                "</ul></details>"]
     return out
 
 

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ralph.loop.chart import MOST_POINTS, merge_chart, mermaid, run_chart, sample
+from pytest_ralph.loop.chart import (
+    MERMAID_POINTS,
+    MOST_POINTS,
+    merge_chart,
+    mermaid,
+    run_chart,
+    sample,
+)
 from pytest_ralph.loop.report import render_report
 from pytest_ralph.loop.report_html import render_html, write_beside, write_html
 from pytest_ralph.plugin.stepsummary import render_loop
@@ -40,6 +47,7 @@ def test_markdown_report_has_the_mermaid_chart_and_the_pass_points(tmp_path: Pat
     text = render_report(made_run(tmp_path, iterations=6, stories=3))
     block = text.split("```mermaid\n", 1)[1].split("\n```", 1)[0]
     assert block.splitlines() == [
+        '%%{init: {"xyChart": {"width": 900, "height": 420}}}%%',
         "xychart-beta",
         '    title "Criteria passing per iteration"',
         '    x-axis "iteration (0: baseline)" ["0", "1", "2", "3", "4", "5", "6"]',
@@ -55,14 +63,14 @@ def test_a_200_iteration_chart_is_sampled_and_says_so(tmp_path: Path) -> None:
     run = made_run(tmp_path, iterations=200, stories=10, criteria=1)
     lines = mermaid(run_chart(run))
     x_axis = next(line for line in lines if "x-axis" in line)
-    assert x_axis.count('"') // 2 - 1 <= MOST_POINTS  # the axis title is quoted too
+    assert x_axis.count('"') // 2 - 1 <= MERMAID_POINTS  # the axis title is quoted too
     assert '"0"' in x_axis and '"200"' in x_axis
     assert any(f"of {201} checks shown (sampled)" in line for line in lines)
 
 
 def test_job_summary_of_the_loop_has_the_chart(tmp_path: Path) -> None:
     text = render_loop(made_run(tmp_path, iterations=4, stories=2))
-    assert "```mermaid\nxychart-beta\n" in text
+    assert "```mermaid\n%%{init: " in text and "\nxychart-beta\n" in text
 
 
 def test_merge_chart_of_a_parallel_run() -> None:

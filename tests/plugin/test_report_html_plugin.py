@@ -59,7 +59,7 @@ def test_loop_writes_its_html_report_beside_the_markdown_and_to_an_html_path(
     reports = pytester.path / ".pytest_ralph" / "reports"
     (md,) = reports.glob("ralph-*.md")
     beside = md.with_suffix(".html")
-    assert "```mermaid\nxychart-beta\n" in md.read_text("utf-8")
+    assert "```mermaid\n%%{init: " in md.read_text("utf-8")
     for page_path in (beside, pytester.path / "out" / "loop.html"):
         page = page_path.read_text(encoding="utf-8")
         assert "<b>Outcome: complete (exit 0)</b>" in page
