@@ -159,13 +159,17 @@ def mermaid(chart: Chart, title: str = "Criteria passing per iteration") -> list
            + (f" {len(shown)} of {chart.checks} checks shown (sampled)."
               if len(shown) < chart.checks else "")]
     points = pass_points(chart)
-    if points:
-        out += ["", "Story pass points (iteration: stories that passed for the first time):", ""]
-        for n, sids in points:
-            more = f" and {len(sids) - MOST_IDS} more" if len(sids) > MOST_IDS else ""
-            shown = ", ".join(s.replace("|", "/").replace("`", "'") for s in sids[:MOST_IDS])
-            out.append(f"- {n}: {shown}{more}")
-    return [*out, ""]
+    if not points:
+        return [*out, ""]
+    head = "Story pass points (iteration: stories that passed for the first time)"
+    fold = len(points) > MOST_IDS  # a long list folded (GitHub renders details)
+    out += ["", f"<details><summary>{head}: {len(points)}</summary>" if fold else head + ":",
+            ""]
+    for n, sids in points:
+        more = f" and {len(sids) - MOST_IDS} more" if len(sids) > MOST_IDS else ""
+        names = ", ".join(_UNSAFE.sub("_", s) for s in sids[:MOST_IDS])
+        out.append(f"- {n}: {names}{more}")
+    return [*out, *(["", "</details>"] if fold else []), ""]
 
 
 def merge_chart(merged_at: Sequence[float], stories: int, ended: float | None = None,

@@ -66,6 +66,11 @@ def test_a_200_iteration_chart_is_sampled_and_says_so(tmp_path: Path) -> None:
     assert x_axis.count('"') // 2 - 1 <= MERMAID_POINTS  # the axis title is quoted too
     assert '"0"' in x_axis and '"200"' in x_axis
     assert any(f"of {201} checks shown (sampled)" in line for line in lines)
+    # Nine pass points: listed; more would be folded into a details element.
+    assert "- 20: US-001" in lines and "</details>" not in lines
+    many = mermaid(run_chart(made_run(tmp_path, iterations=200, stories=30, criteria=1)))
+    assert any(line.startswith("<details><summary>Story pass points") for line in many)
+    assert "</details>" in many
 
 
 def test_job_summary_of_the_loop_has_the_chart(tmp_path: Path) -> None:
