@@ -174,30 +174,30 @@ def mermaid(chart: Chart, title: str = "Criteria passing per iteration") -> list
 
 def merge_chart(merged_at: Sequence[float], stories: int, ended: float | None = None,
                 most: int = 30) -> list[str]:
-    """A fenced ``mermaid`` block of the merges of a parallel run on its timeline: stories
-    merged by each minute (bars), sampled to at most ``most`` points; no lines without a
-    merge.
+    """A fenced ``mermaid`` block of the merges of a parallel run on its timeline: the
+    stories merged by each mark (bars and a line), in seconds for a run of at most 5
+    minutes, else in minutes, sampled to at most ``most`` marks; no lines without a merge.
 
     Args:
         merged_at: seconds after the run started at which each story was merged.
         stories: the stories of the run (the y axis's top).
         ended: seconds after the start when the run ended, or ``None`` (the last merge).
-        most: points shown at most.
+        most: marks shown at most.
     """
     if not merged_at:
         return []
     times = sorted(max(t, 0.0) for t in merged_at)
-    minutes = max(math.ceil(max(ended or 0.0, times[-1]) / 60), 1)
-    marks = [0, *(i + 1 for i in sample(minutes, most))] if minutes > 1 else [0, 1]
-    marks = sorted(set(marks))
-    counts = [sum(t <= m * 60 for t in times) for m in marks]
-    labels = ", ".join(f'"{m}"' for m in marks)
-    out = ["```mermaid", "xychart-beta", '    title "Stories merged over time"',
-           f'    x-axis "minutes since the start" [{labels}]',
-           f'    y-axis "stories merged" 0 --> {max(stories, 1)}',
-           f"    bar [{', '.join(str(c) for c in counts)}]",
-           f"    line [{', '.join(str(c) for c in counts)}]", "```", ""]
-    return out
+    span = max(ended or 0.0, times[-1])
+    unit, word = (10, "seconds") if span <= 300 else (60, "minutes")
+    steps = max(math.ceil(span / unit), 1)
+    marks = sample(steps + 1, most)  # 0, then every k-th step, and the last
+    counts = [sum(t <= m * unit for t in times) for m in marks]
+    labels = ", ".join(f'"{m * unit // (1 if unit == 10 else 60)}"' for m in marks)
+    return ["```mermaid", "xychart-beta", '    title "Stories merged over time"',
+            f'    x-axis "{word} since the start" [{labels}]',
+            f'    y-axis "stories merged" 0 --> {max(stories, 1)}',
+            f"    bar [{', '.join(str(c) for c in counts)}]",
+            f"    line [{', '.join(str(c) for c in counts)}]", "```", ""]
 
 
 # --- SVG -------------------------------------------------------------------------------

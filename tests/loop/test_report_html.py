@@ -79,10 +79,16 @@ def test_job_summary_of_the_loop_has_the_chart(tmp_path: Path) -> None:
 
 
 def test_merge_chart_of_a_parallel_run() -> None:
-    lines = merge_chart([30.0, 90.0, 200.0], stories=4, ended=260.0)
+    lines = merge_chart([30.0, 90.0, 200.0], stories=4, ended=1000.0)
     assert lines[:2] == ["```mermaid", "xychart-beta"]
-    assert '    x-axis "minutes since the start" ["0", "1", "2", "3", "4", "5"]' in lines
-    assert "    bar [0, 1, 2, 2, 3, 3]" in lines
+    assert ('    x-axis "minutes since the start" ["0", "1", "2", "3", "4", "5", "6", "7", '
+            '"8", "9", "10", "11", "12", "13", "14", "15", "16", "17"]') in lines
+    assert "    bar [0, 1, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3]" in lines
+    short = merge_chart([12.0, 41.0], stories=2, ended=50.0)  # seconds for a short run
+    assert '    x-axis "seconds since the start" ["0", "10", "20", "30", "40", "50"]' in short
+    assert "    bar [0, 0, 1, 1, 1, 2]" in short
+    long = merge_chart([60.0 * k for k in range(1, 200)], stories=200, ended=12000.0)
+    assert next(x for x in long if "x-axis" in x).count('"') // 2 - 1 <= 30
     assert merge_chart([], stories=4) == []
 
 
