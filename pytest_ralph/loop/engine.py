@@ -92,6 +92,7 @@ from .records import (
     Turn,
 )
 from .report import write_report
+from .report_html import write_beside
 from .scope import Scope
 from .settings import Settings
 from .store import RunStore
@@ -583,6 +584,8 @@ class RunEngine:
         if run.pending_escalation is not None:  # the run's last word: with its report
             _escalate(self, run, *run.pending_escalation, report=path)
             write_report(run, path, redact=self.redactor.text)
+        if html_failed := write_beside(run, path, redact=self.redactor.text):  # the picture
+            self.warn(run, html_failed)
         self.report_path = path
         n = len(run.iterations) - 1
         self.say(f"pytest-ralph: {run.status} (exit {run.exit_code}) after {max(n, 0)} "

@@ -1,6 +1,8 @@
 """The final report of a run: ``reports/ralph-<topic>-<date>.md`` in the state folder.
 
-Sections: outcome and stop reason; a story x iteration matrix; one row per
+Sections: outcome and stop reason; a Mermaid chart of the criteria passing per iteration
+(:mod:`pytest_ralph.loop.chart`; the HTML report beside it is
+:mod:`pytest_ralph.loop.report_html`); a story x iteration matrix; one row per
 iteration; the failing criteria of the last check with their fingerprints; claimed
 criteria; and, when the circuit breaker tripped, an escalation section with the
 full state a human needs to take over.
@@ -21,6 +23,7 @@ from ..prd.describe import dialect_notes
 from ..util.env import SESSION_ARGV
 from ..util.files import atomic_write_text
 from ..util.text import plural
+from .chart import mermaid, run_chart
 from .prompt import excerpt, same_failure_counts
 
 if TYPE_CHECKING:
@@ -170,7 +173,7 @@ def render_report(run: RunRecord) -> str:
     title = run.prd.project or run.prd.branch_name or run.prd.path.stem
     out += [f"# Ralph report: {title}", ""]
     out += [
-        _outcome(run),
+        outcome_line(run),
         f"- Stop reason: {run.reason}",
         f"- PRD: `{run.prd.path}` ({run.prd.format})",
         *_dialect_lines(run.prd),
@@ -203,6 +206,9 @@ def render_report(run: RunRecord) -> str:
     ]
     if run.warnings:
         out += ["## Warnings", "", *[f"- {w}" for w in run.warnings], ""]
+    chart = mermaid(run_chart(run))
+    if chart:
+        out += ["## Progress", "", *chart]
     out += _tables(run)
     # Failures.
     if last.failing or last.errors:
@@ -288,7 +294,7 @@ def _refused_claims(run: RunRecord, last: CheckResults) -> list[str]:
     return out
 
 
-def _outcome(run: RunRecord) -> str:
+def outcome_line(run: RunRecord) -> str:
     """``- Outcome: **limit** (exit 1: stopped at a limit)``; the exit code's meaning is left
     out when the status says it already (``**complete** (exit 0)``)."""
     if run.exit_code is None:

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol, TextIO
 
+from ..loop.chart import merge_chart
 from ..prd.model import PRD, Story
 from ..util.env import CHILD_ENV, PAUSE_FILE_ENV
 from ..util.process import sigterm_raises
@@ -666,7 +667,10 @@ class Scheduler:
                  f"- PRD: {rec.prd}", f"- From: {rec.branch or 'detached HEAD'} at "
                  f"{rec.base[:12]}", f"- Lanes at once: {self.o.parallel}",
                  f"- Outcome: **{rec.result}**",
-                 *([f"- Gate: {self.o.gate}"] if self.o.gate else []), "", "## Stories", "",
+                 *([f"- Gate: {self.o.gate}"] if self.o.gate else []), "",
+                 *merge_chart([q["at"] for q in rec.queue if q["outcome"] == "merged"],
+                              len(rec.stories), (rec.ended or time.time()) - rec.started),
+                 "## Stories", "",
                  "| story | phase | attempts | merges | iterations | why |",
                  "|---|---|---|---|---|---|"]
         for sid, st in rec.stories.items():

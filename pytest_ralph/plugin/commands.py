@@ -147,7 +147,8 @@ def run(config: pytest.Config, loop: Loop) -> int:
 
 
 def after_loop(config: pytest.Config, loop: Loop, code: int, said: list[str]) -> None:
-    """After ``pytest --ralph``: copy the report to ``--ralph-report PATH`` and append the
+    """After ``pytest --ralph``: copy the report to ``--ralph-report PATH`` (the HTML report,
+    its links relative to PATH, when PATH ends in ``.html``) and append the
     loop's section to ``GITHUB_STEP_SUMMARY`` (:mod:`pytest_ralph.plugin.stepsummary`); a file that
     cannot be written is a warning, never a change of the exit code."""
     from ..util.redact import Redactor
@@ -156,13 +157,19 @@ def after_loop(config: pytest.Config, loop: Loop, code: int, said: list[str]) ->
     run, report = loop.last_run, loop.report_path
     warnings: list[str | None] = []
     wanted = config.getoption("ralph_report", None)
-    if wanted and report is not None:
+    dest = config.invocation_params.dir / wanted if wanted else None
+    if dest is not None and run is not None and dest.suffix.lower() in (".html", ".htm"):
+        from ..loop.report_html import render_html  # its links relative to where it goes
+
+        html = render_html(run, dest.parent.resolve(), redact=Redactor.from_env().text)
+        warnings.append(stepsummary.write(html, dest))
+    elif dest is not None and report is not None:
         try:
             text = report.read_text(encoding="utf-8")
         except OSError as exc:
             warnings.append(f"cannot read the report {report}: {exc.strerror or exc}")
         else:
-            warnings.append(stepsummary.write(text, config.invocation_params.dir / wanted))
+            warnings.append(stepsummary.write(text, dest))
     if stepsummary.target() is not None and not os.environ.get(CONTROLLER_ENV):
         if run is not None and run.exit_code is not None:
             text = stepsummary.render_loop(run, report=report, redact=Redactor.from_env().text)

@@ -122,9 +122,10 @@ def add_options(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager
                          "integration branch to push; exit 0 when all merged, 1 otherwise. "
                          "(default: off)")
     group.addoption("--ralph-report", action="store", default=None, metavar="PATH",
-                    help="Also write a Markdown report to PATH (replaced): the gate's summary "
+                    help="Also write a report to PATH (replaced): the gate's summary "
                          "(per story verified / claimed / failed, the failing criteria, the "
-                         "exit code), or with --ralph a copy of the loop's final report. "
+                         "exit code), or with --ralph a copy of the loop's final report; "
+                         "Markdown, or a self-contained HTML page when PATH ends in .html. "
                          "(default: none)")
     group.addoption("--ralph-results", action="store", default=None, metavar="PATH",
                     help=argparse.SUPPRESS)

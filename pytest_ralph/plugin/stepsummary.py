@@ -170,7 +170,7 @@ def _failing_list(rows: Sequence[Row], heading: str) -> list[str]:
     return [*out, ""]
 
 
-def _totals(rows: Sequence[Row]) -> str:
+def totals(rows: Sequence[Row]) -> str:
     """``3 of 5 passing: 2 verified, 1 claimed (not verified); 2 failing`` (and the failures
     not counted under ``--ralph-gate=claims``)."""
     n = {s: sum(r.status == s for r in rows) for s in STATUSES}
@@ -219,7 +219,7 @@ def render_gate(rows: Sequence[Row], *, exit_code: int, prds: Iterable[str] = ()
     out = [f"### pytest-ralph gate: {verdict}", "",
            f"- PRD: {shown}",
            f"- Outcome: **exit {exit_code}**: {meaning}",
-           f"- Criteria: {_totals(rows)}", ""]
+           f"- Criteria: {totals(rows)}", ""]
     if errors or notes:
         out += [*(f"- {escape(r(line), 400)}" for line in [*errors, *notes]), ""]
     titles = {row.story: row.title for row in rows if row.title}
@@ -238,8 +238,9 @@ def rows_of(results: Iterable[CriterionResult]) -> list[Row]:
 
 def render_loop(run: RunRecord, *, report: Path | None = None,
                 redact: Redact | None = None) -> str:
-    """The loop's section: status, exit code, iterations, reason, per-story counts of the
-    last check, its failing criteria, the report's path.
+    """The loop's section: status, exit code, iterations, reason, the chart of the criteria
+    passing per iteration (Mermaid: :func:`pytest_ralph.loop.chart.mermaid`), per-story counts
+    of the last check, its failing criteria, the report's path.
 
     Args:
         run: the ended run (:class:`pytest_ralph.loop.records.RunRecord`).
@@ -262,8 +263,11 @@ def render_loop(run: RunRecord, *, report: Path | None = None,
            f"- Outcome: **exit {code}**: {meaning}",
            f"- Iterations: {iterations} of at most {run.settings.max_iterations}",
            f"- Reason: {escape(r(run.reason), 600)}",
-           f"- Criteria: {_totals(rows)}" if rows else "- Criteria: none checked",
+           f"- Criteria: {totals(rows)}" if rows else "- Criteria: none checked",
            *([f"- Report: {escape(r(str(report)))}"] if report is not None else []), ""]
+    from ..loop.chart import mermaid, run_chart
+
+    out += mermaid(run_chart(run))
     out += _story_table(rows, titles)
     out += _failing_list(rows, "Failing criteria (last check)")
     return "\n".join(out) + "\n"

@@ -151,7 +151,8 @@ class GateSummary:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Append the gate's Markdown section to ``GITHUB_STEP_SUMMARY`` when PRD criteria
-        were collected (or a PRD failed to load), and write ``--ralph-report PATH``; a file
+        were collected (or a PRD failed to load), and write ``--ralph-report PATH`` (an HTML
+        page when PATH ends in ``.html``: :mod:`pytest_ralph.plugin.gatehtml`); a file
         that cannot be written is a warning, and the exit status stays as it is."""
         if self.rows is None:
             return
@@ -169,7 +170,14 @@ class GateSummary:
         wanted = self.config.getoption("ralph_report", None)
         if wanted:
             path = self.config.invocation_params.dir / wanted
-            warnings.append(stepsummary.write(text, path))
+            page = text
+            if path.suffix.lower() in (".html", ".htm"):  # the same kind of page as a run's
+                from .gatehtml import render_gate_html
+
+                page = render_gate_html([row for _, row in ordered], exit_code=int(exitstatus),
+                                        prds=prds, notes=notes, errors=self.broken,
+                                        redact=Redactor.from_env().text)
+            warnings.append(stepsummary.write(page, path))
             self.report = None if warnings[-1] else path
         if (ordered or notes or self.broken) and _step_summary_wanted():
             warnings.append(stepsummary.append(text))
