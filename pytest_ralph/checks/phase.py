@@ -338,6 +338,11 @@ class CheckPhaseConfig:
             :attr:`pytest_ralph.checks.results.CheckResults.imports`).
         oracle: the run's :class:`pytest_ralph.oracle.snapshot.Snapshot`: its judges are watched
             while the phase runs (:mod:`pytest_ralph.oracle.phasewatch`); ``None``: not watched.
+        around: more paths read-only to a confined phase, bound around the project (which
+            stays writable inside them): the merge queue's gate gives the user's working tree
+            and the repository's ``.git`` folder, which hold its integration worktree.
+        drop_env: environment variables the child does not get (the gate drops
+            ``GITHUB_STEP_SUMMARY``: the job summary is the merge command's).
     """
 
     prd: Path
@@ -362,6 +367,8 @@ class CheckPhaseConfig:
     bytecode: TrustedBytecode | None = None
     report_imports: bool = False
     oracle: Any = None
+    around: tuple[Path, ...] = ()
+    drop_env: tuple[str, ...] = ()
 
     def argv(self, results_path: Path, junit_path: Path | None = None,
              empty_ini: Path | None = None) -> list[str]:
@@ -426,7 +433,7 @@ def run_check_phase(config: CheckPhaseConfig, out_dir: Path, *,
     log_path = out_dir / "check.log"
     for name in ("check.json", "check.xml"):
         (out_dir / name).unlink(missing_ok=True)
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in config.drop_env}
     env[CHILD_ENV] = "1"
     env.pop(IMPORTS_ENV, None)
     folder = config.bytecode.folder if config.bytecode is not None else config.pycache
@@ -538,7 +545,7 @@ def confined_argv(config: CheckPhaseConfig, argv: list[str], private: Path,
     confinement = check_confinement(
         config.sandbox, project=config.rootdir, state_dir=config.state_dir or
         config.rootdir / ".pytest_ralph", results=private,
-        judges=(config.prd, *config.judges), pycache=pycache)
+        judges=(config.prd, *config.judges), pycache=pycache, around=config.around)
     return wrap(config.sandbox, argv, confinement)
 
 

@@ -40,17 +40,32 @@ def _checked_stories(results: CheckResults,
     return out
 
 
-def story_verdicts(results: CheckResults, prd: PRD | None = None) -> dict[str, bool]:
+def story_verdicts(results: CheckResults, prd: PRD | None = None, *,
+                   strict: bool = False) -> dict[str, bool]:
     """Story id -> whether every criterion of the story passed in ``results``.
 
     With ``prd``, only stories whose every criterion was actually checked get a verdict
     (``-k`` may have checked part of a story: that says nothing about the rest).
+
+    With ``strict`` (``--ralph-strict``: every claimed criterion fails, whatever the claim),
+    a story whose only failing criteria are claimed gets no verdict: no check found it
+    wrong, so its ``passes`` stays as the user set it (write-back would otherwise turn
+    every claim into ``false``). A story with a failing check still gets ``False``, and one
+    whose every criterion passed ``True``.
     """
     return {sid: all(c.passed for c in crits)
-            for sid, crits in _checked_stories(results, prd).items()}
+            for sid, crits in _checked_stories(results, prd).items()
+            if not (strict and _only_claims_refused(crits))}
 
 
-def story_notes(results: CheckResults, prd: PRD | None = None) -> dict[str, str]:
+def _only_claims_refused(crits: list[CriterionResult]) -> bool:
+    """Whether ``crits`` fail, and only on claimed criteria (refused by strict mode)."""
+    failing = [c for c in crits if not c.passed]
+    return bool(failing) and all(c.claimed for c in failing)
+
+
+def story_notes(results: CheckResults, prd: PRD | None = None, *,
+                strict: bool = False) -> dict[str, str]:
     """Story id -> the loop's one-line note about the story's criteria in ``results``.
 
     The note depends only on the outcomes (no time, no duration), so an unchanged result
@@ -59,27 +74,38 @@ def story_notes(results: CheckResults, prd: PRD | None = None) -> dict[str, str]
         pytest-ralph: all 3 criteria pass
         pytest-ralph: the 1 criterion passes (1 claimed, not verified)
         pytest-ralph: 1/3 criteria pass (1 claimed, not verified); failing: AC2, AC3
+        pytest-ralph: 0/2 criteria pass (2 claims refused by --ralph-strict; passes left as
+            written); failing: AC1, AC2   (one line, cut here)
 
     Failing criteria are named by criterion id, in collection order; a note longer than
     :data:`NOTE_MAX_CHARS` lists the ids that fit and ``+N more``. "Claimed" counts the
-    passing criteria decided by the story's claim rather than by a check.
+    passing criteria decided by the story's claim rather than by a check; under ``strict``,
+    "claims refused" counts the failing ones, and "passes left as written" says that the
+    story got no verdict (see :func:`story_verdicts`).
 
     Args:
         results: one check phase.
         prd: as for :func:`story_verdicts`: with it, only stories whose every criterion
             was checked get a note.
+        strict: the phase ran with ``--ralph-strict``.
 
     Returns:
         ``{story id: note}``; every note starts with :data:`NOTE_PREFIX` and is one line.
     """
-    return {sid: _note(crits) for sid, crits in _checked_stories(results, prd).items()}
+    return {sid: _note(crits, strict)
+            for sid, crits in _checked_stories(results, prd).items()}
 
 
-def _note(crits: list[CriterionResult]) -> str:
+def _note(crits: list[CriterionResult], strict: bool = False) -> str:
     n = len(crits)
     passed = [c for c in crits if c.passed]
     claimed = sum(c.claimed for c in passed)
     claim = f" ({claimed} claimed, not verified)" if claimed else ""
+    refused = sum(c.claimed and not c.passed for c in crits) if strict else 0
+    if refused:
+        kept = "; passes left as written" if _only_claims_refused(crits) else ""
+        claim = (f" ({refused} claim{'s' if refused != 1 else ''} refused by --ralph-strict"
+                 f"{kept})")
     if len(passed) == n:
         head = "the 1 criterion passes" if n == 1 else f"all {n} criteria pass"
         return f"{NOTE_PREFIX}{head}{claim}"

@@ -9,13 +9,22 @@ what ``--ralph-plan`` prints) the branch's name ends with; the story whose
 ``ralph/<run>/<key>``). A branch that names no story of the PRD is a usage error.
 
 The stories are merged in the plan's order (:func:`pytest_ralph.parallel.plan.waves`, each
-wave by priority) by :class:`pytest_ralph.parallel.queue.MergeQueue` onto the integration
+wave by priority, as one batch: :meth:`pytest_ralph.parallel.queue.MergeQueue.merge_batch`
+checks a wave once when all of it passes, else one story at a time) by
+:class:`pytest_ralph.parallel.queue.MergeQueue` onto the integration
 branch ``ralph/merge-<base>/integration`` (``<base>``: the first 12 hex digits of ``HEAD``,
 so that running it again resumes the same queue), each checked by the gate
 (:func:`pytest_ralph.parallel.queue.gate_check`). A story that depends on a given story that
 was not merged is ``blocked`` and not tried; a dependency on a story not given is taken as
 met (already on the base). The user's branch is never moved: the integration branch is left
 for the user (or the workflow) to push, its worktree removed.
+
+The branches come from other runners: their code is agent code, and the gate runs it. With a
+sandbox that confines (``ralph_sandbox``, probed by the caller), the gate runs under
+bubblewrap and may write only the integration worktree (less the PRD and the files that judge
+it) and a private results folder (:func:`pytest_ralph.parallel.queue.gate_check`); without
+one it runs unconfined, and the output and the job summary say so
+(:func:`pytest_ralph.parallel.queue.describe_gate`).
 
 Exit status: 0 when every story merged; 1 (:data:`EXIT_NOT_MERGED`) when one did not
 (conflict, story-failed, regressed, blocked); 4 for bad input (not a git repository,
@@ -32,11 +41,19 @@ from pathlib import Path
 from ..loop.records import EXIT_NO_CRITERIA, EXIT_USAGE
 from ..parallel.names import lane_key
 from ..parallel.plan import branch_names, check, waves
-from ..parallel.queue import MergeQueue, MergeResult, QueueError, gate_check
+from ..parallel.queue import (
+    MergeQueue,
+    MergeResult,
+    QueueError,
+    describe_gate,
+    gate_around,
+    gate_check,
+)
 from ..parallel.worktrees import ParallelUsageError, WorktreeError, preflight
 from ..prd.describe import no_prd_message
 from ..prd.errors import PRDError
 from ..prd.load import MAX_PRD_BYTES, discover_prd, load_prd
+from ..sandbox.bwrap import Sandbox
 
 #: The prefix of every message of the command.
 PREFIX = "pytest-ralph: --ralph-merge: "
@@ -55,6 +72,8 @@ class MergeRun:
         results: one :class:`MergeResult` per story, in merge order.
         branch: the integration branch (``""`` when it never was made).
         head: its head.
+        gate: what the gate could write (:func:`pytest_ralph.parallel.queue.describe_gate`),
+            ``""`` when no gate ran.
     """
 
     code: int
@@ -62,6 +81,7 @@ class MergeRun:
     results: list[MergeResult] = field(default_factory=list)
     branch: str = ""
     head: str = ""
+    gate: str = ""
 
     def markdown(self) -> str:
         """The job summary: a heading, one table row per story, the integration branch."""
@@ -71,8 +91,10 @@ class MergeRun:
         rows += [f"| {r.story} | `{r.branch}` | {r.outcome} | {r.summary} |"
                  for r in self.results]
         merged = sum(1 for r in self.results if r.merged)
+        gate = f"\n\n**Gate:** {self.gate}." if self.gate else ""
         return (f"## pytest-ralph: merge queue\n\n{merged} of {len(self.results)} stories "
-                f"merged onto `{self.branch}` ({self.head[:12]}).\n\n" + "\n".join(rows) + "\n")
+                f"merged onto `{self.branch}` ({self.head[:12]}).{gate}\n\n"
+                + "\n".join(rows) + "\n")
 
 
 def _stories(args: list[str], ids: list[str]) -> list[tuple[str, str]]:
@@ -105,7 +127,8 @@ def _stories(args: list[str], ids: list[str]) -> list[tuple[str, str]]:
 
 
 def merge(rootdir: Path, prd: Path | None, args: list[str], *, state_dir: Path | None = None,
-          max_bytes: int = MAX_PRD_BYTES) -> MergeRun:
+          max_bytes: int = MAX_PRD_BYTES, sandbox: Sandbox | None = None,
+          inifile: Path | None = None) -> MergeRun:
     """Run the merge queue over the branches ``args`` (see the module docstring).
 
     Args:
@@ -114,6 +137,10 @@ def merge(rootdir: Path, prd: Path | None, args: list[str], *, state_dir: Path |
         args: the command's arguments: ``BRANCH`` or ``ID=BRANCH`` each.
         state_dir: the state folder (default ``rootdir/.pytest_ralph``).
         max_bytes: the PRD size limit.
+        sandbox: the gate's sandbox (:func:`pytest_ralph.sandbox.bwrap.probe`); ``None``:
+            unconfined, said as such.
+        inifile: the pytest configuration file, relative to the project folder or absolute
+            (see :func:`pytest_ralph.parallel.queue.gate_check`).
     """
     if not args:
         return MergeRun(EXIT_USAGE, PREFIX + "expected the lanes' branches to merge: "
@@ -139,24 +166,32 @@ def merge(rootdir: Path, prd: Path | None, args: list[str], *, state_dir: Path |
         return MergeRun(EXIT_USAGE, f"{PREFIX}the PRD {path} is outside the project "
                         f"{repo.project}")
     try:
-        queue = MergeQueue(repo, f"merge-{repo.head[:12]}", repo.head, gate_check(rel),
-                           prd=rel)
+        gate = gate_check(rel, sandbox=sandbox, state_dir=repo.state_dir,
+                          around=gate_around(repo), inifile=inifile)
+        queue = MergeQueue(repo, f"merge-{repo.head[:12]}", repo.head, gate, prd=rel)
         for _, branch in given:  # every branch checked before the first merge
             queue.branch_commit(branch)
         done = {r.story: r for r in queue.results if r.merged}
+        found: dict[str, MergeResult] = dict(done)
+        for wave in waves(loaded):  # a wave's stories depend on none of each other
+            batch: list[tuple[str, str]] = []
+            for story in wave:
+                if story.id not in branch_of or story.id in done:
+                    continue
+                waiting = [d for d in story.depends_on if d in branch_of and d not in done]
+                if waiting:
+                    found[story.id] = queue.block(story.id, branch_of[story.id], "waits for "
+                                                  + ", ".join(waiting) + ", not merged")
+                else:
+                    batch.append((story.id, branch_of[story.id]))
+            for (sid, _), result in zip(batch, queue.merge_batch(batch), strict=True):
+                found[sid] = result
+                if result.merged:
+                    done[sid] = result
         lines: list[str] = []
         results: list[MergeResult] = []
         for story in order:
-            branch = branch_of[story.id]
-            if story.id in done:
-                result = done[story.id]
-            else:
-                waiting = [d for d in story.depends_on if d in branch_of and d not in done]
-                result = (queue.block(story.id, branch, "waits for " + ", ".join(waiting)
-                                      + ", not merged") if waiting
-                          else queue.merge(story.id, branch))
-            if result.merged:
-                done[story.id] = result
+            result = found[story.id]
             results.append(result)
             lines.append(result.line())
             lines += [f"  {f}" for f in result.failures[:10]]
@@ -164,7 +199,9 @@ def merge(rootdir: Path, prd: Path | None, args: list[str], *, state_dir: Path |
     except (QueueError, WorktreeError) as exc:
         return MergeRun(EXIT_USAGE, PREFIX + str(exc))
     merged = all(s.id in done for s in order)
+    gate_text = describe_gate(sandbox)
     lines.append(f"integration branch: {queue.branch} ({queue.head[:12]}): push it with "
                  f"git push origin {queue.branch}")
+    lines.append(f"gate: {gate_text}")
     return MergeRun(0 if merged else EXIT_NOT_MERGED, "\n".join(lines), results,
-                    queue.branch, queue.head)
+                    queue.branch, queue.head, gate_text)

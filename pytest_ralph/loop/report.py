@@ -258,9 +258,34 @@ def render_report(run: RunRecord) -> str:
                 "check verified them (map them to commands, or use --ralph-strict).", ""]
         out += [f"- {c.key}: {c.text}" for c in claimed]
         out.append("")
+    out += _refused_claims(run, last)
     if (run.status in ("breaker", "agent-error") or run.blocked) and run.iterations:
         out += _escalation(run)
     return "\n".join(out)
+
+
+def _refused_claims(run: RunRecord, last: CheckResults) -> list[str]:
+    """The section on claims that ``--ralph-strict`` refused in the last check: why those
+    criteria failed, and that write-back left their stories' ``passes`` (or ``status``) as
+    the user set it; ``[]`` without strict mode or such criteria."""
+    refused = [c for c in last.criteria if c.claimed and not c.passed]
+    if not run.settings.strict or not refused:
+        return []
+    out = ["## Claims refused (--ralph-strict)", "",
+           "These text criteria have no check, and --ralph-strict refuses claims: they fail "
+           "whatever their story says. No check found these stories wrong either, so "
+           "write-back left each story's claim as it was written (a story is set to "
+           "`passes: true` only when every criterion passes, and to `false` only when a check "
+           "fails). Map the criteria to commands to verify them.", ""]
+    for c in refused:
+        story = run.prd.story(c.story)
+        key = story.done_key if story is not None and story.done_key else "passes"
+        claim = ("" if story is None else
+                 f" (the story's `{key}` says done)" if story.passes else
+                 f" (the story's `{key}` does not say done)")
+        out.append(f"- {c.key}: {_cell(clean(' '.join(c.text.split())))}{claim}")
+    out.append("")
+    return out
 
 
 def _outcome(run: RunRecord) -> str:

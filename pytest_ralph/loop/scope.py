@@ -171,5 +171,6 @@ class Scope:
             current = load_prd(prd.path, max_bytes=self.settings.max_prd_bytes)
         except PRDError:
             return
-        write_back(prd.path, story_verdicts(results, current), state.root / "passes.json",
-                   notes=story_notes(results, current))
+        strict = self.settings.strict  # claims refused: they stay as the user set them
+        write_back(prd.path, story_verdicts(results, current, strict=strict),
+                   state.root / "passes.json", notes=story_notes(results, current, strict=strict))

@@ -55,6 +55,10 @@ def clock(seconds: float) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{seconds:.1f}s"
 
 
+#: The width the live view assumes when its output's terminal does not say.
+VIEW_WIDTH = 80
+
+
 @dataclass
 class Record:
     """``parallel.json``: the run, each story's phase and the history (JSON-able)."""
@@ -122,12 +126,26 @@ def stop_group(pgid: int, proc: subprocess.Popen[bytes] | None,
 
 class LaneView:
     """The live view: on a terminal one status line per running lane (phase, story,
-    elapsed), redrawn in place under the event lines; otherwise the event lines only."""
+    elapsed), redrawn in place under the event lines; otherwise the event lines only.
 
-    def __init__(self, out: TextIO, tty: bool) -> None:
+    A status line is cut to one column less than the terminal is wide (``width``, else the
+    width of ``out``'s terminal at each redraw, else :data:`VIEW_WIDTH`): a line the terminal
+    wrapped would take two rows, and the redraw, which moves up one row per line, would
+    leave the first row of it on the screen."""
+
+    def __init__(self, out: TextIO, tty: bool, width: int | None = None) -> None:
         self.out = out
         self.tty = tty
+        self.width = width
         self._drawn = 0
+
+    def _columns(self) -> int:
+        if self.width is not None:
+            return max(self.width, 2)
+        try:
+            return max(os.get_terminal_size(self.out.fileno()).columns, 2)
+        except (OSError, ValueError, AttributeError):  # no terminal, no file descriptor
+            return VIEW_WIDTH
 
     def _clear(self) -> None:
         if self._drawn:
@@ -146,8 +164,9 @@ class LaneView:
         if not self.tty:
             return
         self._clear()
+        fits = self._columns() - 1
         for line in lines:
-            self.out.write(f"\x1b[K{line}\n")
+            self.out.write(f"\x1b[K{line[:fits]}\n")
         self._drawn = len(lines)
         self.out.flush()
 

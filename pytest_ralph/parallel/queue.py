@@ -17,6 +17,12 @@ key>/integration``; the user's branch, index and working tree are not touched un
    fail now; they are named) or ``story-failed`` (the story's own criteria fail), with the
    failure lines for the lane's next prompt.
 
+Several lanes ready at the same time go in one batch (:meth:`MergeQueue.merge_batch`): merged one
+after another as above, then checked once at the top; all kept when every one of their stories'
+criteria pass there and nothing that passed before fails, else undone and merged one at a
+time, so that a refusal names its story. The check phase (the project's test suite) is the
+costly part of a merge; a batch pays for it once.
+
 The history of results is kept in ``<state folder>/lanes/<run key>/queue.json`` (written
 atomically after every step, format :data:`QUEUE_VERSION` in :meth:`MergeQueue.to_json`), and
 read back when a queue of the same run is made again (a resume): a merge that a crash left
@@ -25,48 +31,37 @@ half done is undone, so that the integration branch is always at the last record
 A lane's branch is only read: nothing here moves, rewrites or deletes it, so a story whose
 merge was refused keeps all its work there.
 
-git runs as :mod:`pytest_ralph.parallel.worktrees` runs it (no prompt, no hook, no signing, a
+git runs as :mod:`pytest_ralph.parallel.gitcmd` runs it (no prompt, no hook, no signing, a
 timeout); a git failure raises :class:`QueueError`. This module does not import pytest.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..checks.phase import pytest_command
-from ..checks.results import CheckResults, read_results
+from ..checks.phase import CheckPhaseConfig, run_check_phase
 from ..oracle.snapshot import Change, Snapshot, compare, snapshot
 from ..prd.errors import PRDError
 from ..prd.load import load_prd
-from ..util.env import CHILD_ENV, CONTROLLER_ENV
+from ..sandbox.bwrap import Sandbox
+from ..util.env import CONTROLLER_ENV
 from ..util.files import atomic_write_text
-from ..util.process import run_in_group
+from .gitcmd import WorktreeError, fails, git, identity, list_worktrees, same_path
 from .names import BRANCH_PREFIX, INTEGRATION, lane_key
-from .worktrees import (
-    LANES,
-    Repo,
-    WorktreeError,
-    _ensure_ignored,
-    _fails,
-    _git,
-    _identity,
-    _same,
-    _uncommitted,
-    _worktrees,
-)
+from .outcomes import OUTCOMES, CheckOutcome, FinishResult, MergeResult, one_line
+from .worktrees import LANES, Repo, ensure_ignored, uncommitted
 
 __all__ = ["INTEGRATION", "OUTCOMES", "QUEUE_FILE", "QUEUE_VERSION", "CheckOutcome",
-           "FinishResult", "MergeQueue", "MergeResult", "QueueError", "gate_check",
-           "integration_branch"]
+           "FinishResult", "MergeQueue", "MergeResult", "QueueError", "describe_gate",
+           "gate_around", "gate_check", "integration_branch"]
 
 #: The file of the queue's history, in ``<state folder>/lanes/<run key>/``.
 QUEUE_FILE = "queue.json"
@@ -74,15 +69,8 @@ QUEUE_FILE = "queue.json"
 #: The version of :data:`QUEUE_FILE`'s format.
 QUEUE_VERSION = 1
 
-#: What a merge can come to: kept; refused by git; refused by the criteria (the story's own,
-#: or others that passed before); never tried (a story it depends on is not merged).
-OUTCOMES = ("merged", "conflict", "story-failed", "regressed", "blocked")
-
 #: Seconds a :func:`gate_check` check phase may take before its process group is killed.
 CHECK_TIMEOUT = 3600.0
-
-#: How many characters of a failure message go into one failure line.
-FAILURE_CHARS = 400
 
 
 class QueueError(Exception):
@@ -93,220 +81,6 @@ class QueueError(Exception):
 def integration_branch(run_id: str) -> str:
     """The integration branch of run ``run_id``: ``ralph/<run key>/integration``."""
     return f"{BRANCH_PREFIX}/{lane_key(run_id)}/{INTEGRATION}"
-
-
-# -- what a check found -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CheckOutcome:
-    """What one whole check phase found in one folder.
-
-    Attributes:
-        criteria: criterion key (``<story>::<criterion>``, as
-            :attr:`pytest_ralph.checks.results.CriterionResult.key`) -> passed, in check order.
-        stories: story id -> every one of its criteria passed (a story with no criterion
-            checked is absent).
-        failures: one line per failing criterion, ``<story>::<criterion>: <message>`` (the
-            message on one line, at most :data:`FAILURE_CHARS` characters), in check order.
-        errors: what kept criteria from being checked (a collection error, a gate that did not
-            run); a check with errors verifies no story.
-    """
-
-    criteria: Mapping[str, bool]
-    stories: Mapping[str, bool]
-    failures: tuple[str, ...] = ()
-    errors: tuple[str, ...] = ()
-
-    @classmethod
-    def from_results(cls, results: CheckResults) -> CheckOutcome:
-        """The outcome of a results file (:func:`pytest_ralph.checks.results.read_results`)."""
-        criteria = {c.key: c.passed for c in results.criteria}
-        stories = {story: all(c.passed for c in items)
-                   for story, items in results.by_story().items()}
-        failures = tuple(f"{c.key}: {_one_line(c.message) or 'failed'}"
-                         for c in results.failing)
-        return cls(criteria, stories, failures, tuple(_one_line(e) for e in results.errors))
-
-    def verified(self, story_id: str) -> bool:
-        """Whether the check verified ``story_id``: it has criteria, all passed, no error."""
-        return not self.errors and self.stories.get(story_id, False)
-
-    def story_failures(self, story_id: str) -> list[str]:
-        """The failure lines of ``story_id``'s criteria, then the check's errors."""
-        own = [f for f in self.failures if f.startswith(f"{story_id}::")]
-        return own + [f"<check>: {e}" for e in self.errors]
-
-    def regressions(self, before: CheckOutcome) -> list[str]:
-        """The criterion keys that passed in ``before`` and do not pass here (failed, or
-        gone), in ``before``'s order."""
-        return [k for k, ok in before.criteria.items() if ok and not self.criteria.get(k, False)]
-
-    @property
-    def summary(self) -> str:
-        """One line: ``5/6 criteria passed`` (``, 1 error`` when there were errors)."""
-        passed = sum(1 for ok in self.criteria.values() if ok)
-        text = f"{passed}/{len(self.criteria)} criteria passed"
-        if self.errors:
-            text += f", {len(self.errors)} error{'s' if len(self.errors) > 1 else ''}"
-        return text
-
-    def to_json(self) -> dict[str, Any]:
-        """As a JSON-ready dict: ``{"criteria": {key: bool}, "stories": {id: bool},
-        "failures": [str], "errors": [str]}``."""
-        return {"criteria": dict(self.criteria), "stories": dict(self.stories),
-                "failures": list(self.failures), "errors": list(self.errors)}
-
-    @classmethod
-    def from_json(cls, data: Any) -> CheckOutcome:
-        """The reverse of :meth:`to_json`.
-
-        Raises:
-            ValueError: ``data`` is not of that shape.
-        """
-        if not isinstance(data, dict):
-            raise ValueError("a check outcome is an object")
-        criteria: Any = data.get("criteria")
-        stories: Any = data.get("stories")
-        if not (_bool_map(criteria) and _bool_map(stories)):
-            raise ValueError("a check outcome's criteria and stories map names to true/false")
-        return cls(dict(criteria), dict(stories), _strings(data.get("failures", [])),
-                   _strings(data.get("errors", [])))
-
-
-def _bool_map(value: Any) -> bool:
-    return isinstance(value, dict) and all(
-        isinstance(k, str) and isinstance(v, bool) for k, v in value.items())
-
-
-def _strings(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError("expected a list of strings")
-    return tuple(value)
-
-
-def _one_line(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= FAILURE_CHARS else line[: FAILURE_CHARS - 3] + "..."
-
-
-# -- results ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MergeResult:
-    """What one turn of the queue did with one story.
-
-    Attributes:
-        story: the story id.
-        branch: the lane's branch (as given, without ``refs/heads/``).
-        outcome: one of :data:`OUTCOMES`.
-        lane_commit: the commit the lane's branch named when it was merged (``""`` for
-            ``blocked``).
-        before: the integration head before the turn.
-        commit: the integration head after it: the merge commit when ``merged``, else
-            ``before`` (the merge was undone or never made).
-        summary: the check's one-line summary (:attr:`CheckOutcome.summary`), or what refused
-            the merge (``conflict in 2 files``, ``waits for US-001``).
-        conflicts: the paths git could not merge (``conflict`` only), relative to the top.
-        regressed: the criterion keys that passed before and failed after (``regressed``).
-        failures: the lines for the lane's next prompt: the story's failing criteria, the
-            regressed ones, or the conflicting paths; ``()`` when merged.
-        at: when the turn ended, Unix time in seconds.
-    """
-
-    story: str
-    branch: str
-    outcome: str
-    lane_commit: str
-    before: str
-    commit: str
-    summary: str
-    conflicts: tuple[str, ...] = ()
-    regressed: tuple[str, ...] = ()
-    failures: tuple[str, ...] = ()
-    at: float = 0.0
-
-    @property
-    def merged(self) -> bool:
-        """Whether the story's work is on the integration branch."""
-        return self.outcome == "merged"
-
-    def line(self) -> str:
-        """One line for a terminal: ``US-001 ralph/r/US-001: merged (3/3 criteria passed)``."""
-        return f"{self.story} {self.branch}: {self.outcome} ({self.summary})"
-
-    def to_json(self) -> dict[str, Any]:
-        """As a JSON-ready dict, the attributes by name (tuples as lists)."""
-        return {"story": self.story, "branch": self.branch, "outcome": self.outcome,
-                "lane_commit": self.lane_commit, "before": self.before, "commit": self.commit,
-                "summary": self.summary, "conflicts": list(self.conflicts),
-                "regressed": list(self.regressed), "failures": list(self.failures),
-                "at": self.at}
-
-    @classmethod
-    def from_json(cls, data: Any) -> MergeResult:
-        """The reverse of :meth:`to_json`.
-
-        Raises:
-            ValueError: ``data`` is not of that shape.
-        """
-        if not isinstance(data, dict):
-            raise ValueError("a merge result is an object")
-        text = {k: data.get(k) for k in ("story", "branch", "outcome", "lane_commit", "before",
-                                          "commit", "summary")}
-        if not all(isinstance(v, str) for v in text.values()) or text["outcome"] not in OUTCOMES:
-            raise ValueError("a merge result needs story, branch, outcome (one of "
-                             f"{', '.join(OUTCOMES)}), lane_commit, before, commit, summary")
-        at = data.get("at", 0.0)
-        if not isinstance(at, (int, float)) or isinstance(at, bool):
-            raise ValueError("a merge result's 'at' is a number")
-        return cls(**{k: str(v) for k, v in text.items()},
-                   conflicts=_strings(data.get("conflicts", [])),
-                   regressed=_strings(data.get("regressed", [])),
-                   failures=_strings(data.get("failures", [])), at=float(at))
-
-
-@dataclass(frozen=True)
-class FinishResult:
-    """What :meth:`MergeQueue.finish` did with the user's branch.
-
-    Attributes:
-        outcome: ``fast-forwarded`` (the branch now names the integration head), ``manual``
-            (it was left alone; ``reason`` says why, ``command`` how to merge by hand) or
-            ``nothing`` (no story was merged; the branch was left alone).
-        branch: the user's branch.
-        old: the commit it named before.
-        new: the commit it names now (``old`` unless fast-forwarded).
-        integration: the integration branch and, in ``head``, its head.
-        head: the integration branch's head.
-        reason: why it was not fast-forwarded (``""`` when it was).
-        command: the shell command that merges the integration branch into the user's branch
-            by hand (``""`` unless ``manual``).
-    """
-
-    outcome: str
-    branch: str
-    old: str
-    new: str
-    integration: str
-    head: str
-    reason: str = ""
-    command: str = ""
-
-    def line(self) -> str:
-        """One line for a terminal."""
-        if self.outcome == "fast-forwarded":
-            return (f"{self.branch} fast-forwarded to {self.integration} "
-                    f"({self.old[:12]}..{self.new[:12]})")
-        if self.outcome == "nothing":
-            return f"{self.branch} left at {self.old[:12]}: no story was merged"
-        return f"{self.branch} left at {self.old[:12]}: {self.reason}; merge by hand: " \
-               f"{self.command}"
-
-    def to_json(self) -> dict[str, Any]:
-        """As a JSON-ready dict, the attributes by name."""
-        return dict(self.__dict__)
 
 
 # -- the queue --------------------------------------------------------------------------------
@@ -415,28 +189,19 @@ class MergeQueue:
         judges = self._oracle()
         code, _, _ = self._git("merge", "--no-ff", "--no-edit", "-m",
                                f"ralph: merge story {story_id} ({branch})", lane_commit,
-                               ok=(0, 1), config=_identity(self.path))
+                               ok=(0, 1), config=identity(self.path))
         if code != 0:
             paths = self._conflicts()
             self._git("merge", "--abort", ok=(0, 128))
             self._reset(before)
-            return self._record(MergeResult(
-                story_id, branch, "conflict", lane_commit, before, before,
-                f"conflict in {len(paths)} file{'s' if len(paths) != 1 else ''}"
-                if paths else "git could not merge it", conflicts=tuple(paths),
-                failures=tuple(f"merge conflict with the integration branch in {p}"
-                               for p in paths) or ("git merge failed",), at=time.time()))
+            return self._record(_conflict_result(story_id, branch, lane_commit, before,
+                                                      paths))
         after = self._head()
         changed = self._judges_changed(judges)
         if changed:
             self._reset(before)
-            return self._record(MergeResult(
-                story_id, branch, "story-failed", lane_commit, before, before,
-                "it changes what judges the criteria", failures=tuple(
-                    f"{story_id}: the merge changes what judges the criteria: {line}; a lane "
-                    "may change the code, not the PRD's criteria, the tests they name, "
-                    "conftest.py or the pytest configuration" for line in changed),
-                at=time.time()))
+            return self._record(_judges_result(story_id, branch, lane_commit, before,
+                                                    changed))
         try:
             outcome = self.check(self.project)
         except BaseException:  # an interrupt, a check that crashed: nothing unchecked is kept
@@ -463,6 +228,84 @@ class MergeQueue:
         return self._record(MergeResult(story_id, branch, "story-failed", lane_commit, before,
                                         before, outcome.summary, failures=tuple(own),
                                         at=time.time()))
+
+    def merge_batch(self, items: Sequence[tuple[str, str]]) -> list[MergeResult]:
+        """Merge several lanes' branches, ``(story id, branch)`` each, and check them once.
+
+        The branches are merged one after another, in the order given, each as
+        :meth:`merge` would (``git merge --no-ff``; a conflict, or a change to what judges the
+        criteria, undoes that one merge and refuses that story; the others go on), and then
+        the whole check phase runs once, at the top. All of them are kept when every merged
+        story's criteria pass there and no criterion that passed before the batch fails:
+        each story is then verified on the integration head exactly as after a merge of its
+        own, for one check instead of one per story (the check phase is the costly part of a
+        merge: a project's whole test suite). Otherwise the batch is undone and each story
+        goes through :meth:`merge`, one at a time, so that a refusal names the story that
+        caused it. (Merge queues of code-review systems batch the same way.)
+
+        A crash before the batch's check ends leaves nothing of it recorded: a queue made
+        again undoes it, as it undoes a half-done :meth:`merge`.
+
+        Returns:
+            one :class:`MergeResult` per item, in the order given, each also in
+            :attr:`results` and ``queue.json``; a batch of one is :meth:`merge`.
+
+        Raises:
+            QueueError: a branch is no branch of the repository; git failed.
+        """
+        if len(items) < 2:
+            return [self.merge(story_id, branch) for story_id, branch in items]
+        commits = [self._branch_commit(branch) for _, branch in items]  # all named first
+        before = self._state.head
+        baseline = self._baseline()
+        self._clean()
+        refused: dict[int, MergeResult] = {}
+        kept: list[tuple[int, str]] = []  # (index, the integration commit after its merge)
+        for n, ((story_id, branch), lane_commit) in enumerate(zip(items, commits, strict=True)):
+            at = self._head()
+            judges = self._oracle()
+            code, _, _ = self._git("merge", "--no-ff", "--no-edit", "-m",
+                                   f"ralph: merge story {story_id} ({branch})", lane_commit,
+                                   ok=(0, 1), config=identity(self.path))
+            if code != 0:
+                paths = self._conflicts()
+                self._git("merge", "--abort", ok=(0, 128))
+                self._reset(at)
+                refused[n] = _conflict_result(story_id, branch, lane_commit, at, paths)
+                continue
+            changed = self._judges_changed(judges)
+            if changed:
+                self._reset(at)
+                refused[n] = _judges_result(story_id, branch, lane_commit, at, changed)
+                continue
+            kept.append((n, self._head()))
+        if not kept:
+            return [self._record(refused[n]) for n in range(len(items))]
+        try:
+            outcome = self.check(self.project)
+        except BaseException:  # an interrupt, a check that crashed: nothing unchecked is kept
+            self._reset(before)
+            raise
+        if outcome.regressions(baseline) or not all(
+                outcome.verified(items[n][0]) for n, _ in kept):
+            self._reset(before)
+            return [self.merge(story_id, branch) for story_id, branch in items]
+        head = self._head()
+        self._state.head = head
+        self._state.check, self._state.check_commit = outcome, head
+        commit_of = dict(kept)
+        out: list[MergeResult] = []
+        parent = before
+        for n, (story_id, branch) in enumerate(items):
+            if n in refused:
+                out.append(self._record(replace(refused[n], before=parent, commit=parent)))
+                continue
+            together = outcome.summary if len(kept) == 1 else (
+                f"{outcome.summary}; checked once with {len(kept)} merged together")
+            out.append(self._record(MergeResult(story_id, branch, "merged", commits[n], parent,
+                                                commit_of[n], together, at=time.time())))
+            parent = commit_of[n]
+        return out
 
     def _oracle(self, start: Snapshot | None = None) -> Snapshot | None:
         """The oracle of the integration worktree's project now (``None`` without
@@ -545,14 +388,14 @@ class MergeQueue:
         if old != start:
             return manual(f"{user_branch} moved since the run started (from {start[:12]} to "
                           f"{old[:12]})")
-        if _fails(top, "merge-base", "--is-ancestor", start, head):
+        if fails(top, "merge-base", "--is-ancestor", start, head):
             return manual(f"{self.branch} does not descend from {start[:12]}")
-        where = [w for w in _worktrees(top) if w.get("branch") == ref]
+        where = [w for w in list_worktrees(top) if w.get("branch") == ref]
         if not where:
             self._git_at(top, "update-ref", "-m", f"pytest-ralph: fast-forward to {self.branch}",
                          ref, head, old)
-        elif _same(where[0]["worktree"], top):
-            changes = _uncommitted(top, self.repo.state_dir)
+        elif same_path(where[0]["worktree"], top):
+            changes = uncommitted(top, self.repo.state_dir)
             if changes:
                 return manual(f"the working tree of {top} has uncommitted changes "
                               f"({', '.join(changes[:3])}{', ...' if len(changes) > 3 else ''})")
@@ -571,8 +414,8 @@ class MergeQueue:
             QueueError: git failed.
         """
         top = self.repo.top
-        for w in _worktrees(top):
-            if _same(w["worktree"], self.path):
+        for w in list_worktrees(top):
+            if same_path(w["worktree"], self.path):
                 self._git_at(top, "worktree", "remove", "--force", "--force", str(self.path))
         self._git_at(top, "worktree", "prune")
 
@@ -611,7 +454,7 @@ class MergeQueue:
     def _git_at(cwd: Path, *args: str, ok: tuple[int, ...] = (0,),
                 config: tuple[str, ...] = ()) -> tuple[int, str, str]:
         try:
-            return _git(cwd, *args, ok=ok, config=config)
+            return git(cwd, *args, ok=ok, config=config)
         except WorktreeError as exc:
             raise QueueError(str(exc)) from None
 
@@ -710,45 +553,115 @@ class MergeQueue:
         (a merge a crash left unfinished or unchecked is undone)."""
         top = self.repo.top
         ref = f"refs/heads/{self.branch}"
-        if _fails(top, "show-ref", "--verify", "-q", ref):
+        if fails(top, "show-ref", "--verify", "-q", ref):
             if self._state.results and self._state.head != self.base:
                 raise QueueError(f"the integration branch {self.branch} is gone but "
                                  f"{self.file} records merges onto it; move the file aside "
                                  "to start the queue again")
             self._git_at(top, "branch", "--no-track", self.branch, self._state.head)
-        registered = [w for w in _worktrees(top) if _same(w["worktree"], self.path)]
+        registered = [w for w in list_worktrees(top) if same_path(w["worktree"], self.path)]
         ready = bool(registered) and "prunable" not in registered[0] and \
             registered[0].get("branch") == ref and (self.path / ".git").is_file()
         if not ready:
             if self.path.exists():
                 self.path.rename(self.path.with_name(f"{INTEGRATION}.broken-{int(time.time())}"))
             self._git_at(top, "worktree", "prune")
-            for w in _worktrees(top):
+            for w in list_worktrees(top):
                 if w.get("branch") == ref:
                     self._git_at(top, "worktree", "remove", "--force", "--force", w["worktree"])
-            _ensure_ignored(self.repo.state_dir)
+            ensure_ignored(self.repo.state_dir)
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._git_at(top, "worktree", "add", str(self.path), self.branch)
-        if not _fails(self.path, "rev-parse", "-q", "--verify", "MERGE_HEAD"):
+        if not fails(self.path, "rev-parse", "-q", "--verify", "MERGE_HEAD"):
             self._git("merge", "--abort", ok=(0, 128))
         self._reset(self._state.head)
+
+
+def _conflict_result(story_id: str, branch: str, lane_commit: str, at: str,
+                     paths: Sequence[str]) -> MergeResult:
+    """The ``conflict`` result of a merge at ``at`` that git refused on ``paths``."""
+    return MergeResult(
+        story_id, branch, "conflict", lane_commit, at, at,
+        f"conflict in {len(paths)} file{'s' if len(paths) != 1 else ''}"
+        if paths else "git could not merge it", conflicts=tuple(paths),
+        failures=tuple(f"merge conflict with the integration branch in {p}"
+                       for p in paths) or ("git merge failed",), at=time.time())
+
+def _judges_result(story_id: str, branch: str, lane_commit: str, at: str,
+                   changed: Sequence[str]) -> MergeResult:
+    """The ``story-failed`` result of a merge that changes what judges the criteria."""
+    return MergeResult(
+        story_id, branch, "story-failed", lane_commit, at, at,
+        "it changes what judges the criteria", failures=tuple(
+            f"{story_id}: the merge changes what judges the criteria: {line}; a lane "
+            "may change the code, not the PRD's criteria, the tests they name, "
+            "conftest.py or the pytest configuration" for line in changed),
+        at=time.time())
 
 
 # -- the production check ---------------------------------------------------------------------
 
 
+def gate_around(repo: Repo) -> tuple[Path, ...]:
+    """The folders a confined gate gets read-only around its integration worktree: the
+    user's working tree (``repo.top``) and the repository's ``.git`` folder (its common
+    folder: config, hooks, refs, objects, and the ``worktrees/`` entry the integration
+    worktree's ``.git`` file points into), wherever it is.
+
+    Raises:
+        QueueError: git failed.
+    """
+    try:
+        common = git(repo.top, "rev-parse", "--path-format=absolute",
+                     "--git-common-dir")[1].strip()
+    except WorktreeError as exc:
+        raise QueueError(str(exc)) from None
+    return (repo.top, *([Path(common)] if common else []))
+
+
+def describe_gate(sandbox: Sandbox | None, *, done: bool = True) -> str:
+    """One sentence for the merge output, the report and the job summary: what the gate, which
+    runs the lanes' code, could write (``done``: in the past tense, else the present)."""
+    runs, could, can = ("ran", "could", "could") if done else ("runs", "may", "can")
+    if sandbox is not None and sandbox.confined:
+        return (f"the gate {runs} the lanes' code {sandbox.describe()}: it {could} write only "
+                "the integration worktree (less the PRD and the files that judge it) and a "
+                "private results folder; your working tree, .git, the state folder and your "
+                "home are read-only to it")
+    why = sandbox.reason if sandbox is not None else "no sandbox given"
+    return (f"the gate {runs} the lanes' code UNCONFINED ({why}): their checks {can} write "
+            "anything you can (your working tree, .git/config and hooks, your home); install "
+            "bubblewrap and set ralph_sandbox = required to confine it")
+
+
 def gate_check(prd: Path, *, python: str = sys.executable, timeout: float = CHECK_TIMEOUT,
-               args: Sequence[str] = ()) -> Callable[[Path], CheckOutcome]:
-    """A ``check`` for :class:`MergeQueue`: the gate ``python -m pytest <prd> -q -p
-    no:cacheprovider --ralph-results PATH [args]`` run in the folder it is given, its results
-    file (:mod:`pytest_ralph.checks.results`, in a temporary folder outside the project) read
-    back.
+               args: Sequence[str] = (), sandbox: Sandbox | None = None,
+               state_dir: Path | None = None, around: Sequence[Path] = (),
+               inifile: Path | None = None) -> Callable[[Path], CheckOutcome]:
+    """A ``check`` for :class:`MergeQueue`: the gate, ``pytest <prd> --ralph-results PATH
+    [args]`` run in the folder it is given as a check phase of the loop runs
+    (:func:`pytest_ralph.checks.phase.run_check_phase`: the launcher that a ``pytest.py`` of
+    the branch cannot stand in for, private bytecode, results in a private folder outside
+    the project, distrusted when they disagree with how the child ended, redacted).
+
+    The code on a lane's branch is agent code: with a ``sandbox`` that confines, the gate runs
+    under bubblewrap and may write only the folder it is given (less the PRD and the files
+    that judge its criteria, read-only) and its private results folder; ``state_dir``, the
+    paths ``around`` (:func:`gate_around`: the user's working tree, the repository's ``.git``),
+    the home folder and the rest stay read-only. Otherwise it runs unconfined, under the
+    supervisor (every process it starts dies with it); ``None``: unconfined, unsupervised.
 
     Args:
         prd: the PRD, relative to the project folder (the same place in every worktree).
         python: the interpreter that runs pytest (one with pytest-ralph installed).
         timeout: seconds before the gate's process group is killed.
         args: more arguments for the gate.
+        sandbox: the run's sandbox (:func:`pytest_ralph.sandbox.bwrap.probe`).
+        state_dir: the run's state folder (read-only to a confined gate).
+        around: more read-only paths that hold the folder (see above).
+        inifile: the pytest configuration file, relative to the project folder (the copy in
+            the folder it is given is used) or absolute; ``None``: none (pytest's defaults,
+            never a file above the project).
 
     Returns:
         the callable. A gate that writes no results (a crash, a timeout), checks no criterion
@@ -758,34 +671,44 @@ def gate_check(prd: Path, *, python: str = sys.executable, timeout: float = CHEC
     rel = Path(prd)
 
     def check(folder: Path) -> CheckOutcome:
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("GITHUB_STEP_SUMMARY", CONTROLLER_ENV, CHILD_ENV)}
+        path = folder / rel
+        judges: tuple[Path, ...] = ()
+        expected: tuple[tuple[str, str, str], ...] = ()
+        oracle: Snapshot | None = None
+        try:
+            loaded = load_prd(path)
+            oracle = snapshot(loaded, folder)
+            judges = oracle.judges(folder)
+            expected = tuple((st.id, c.id, c.text) for st in loaded.stories
+                             for c in st.criteria)
+        except (PRDError, OSError):
+            pass  # the gate's pytest says what is wrong with it
+        config = CheckPhaseConfig(
+            prd=path, rootdir=folder, python=python, timeout=timeout, extra_args=tuple(args),
+            inifile=None if inifile is None else folder / inifile, sandbox=sandbox,
+            state_dir=state_dir, judges=judges, oracle=oracle, expected=expected,
+            around=tuple(around), drop_env=("GITHUB_STEP_SUMMARY", CONTROLLER_ENV))
         with tempfile.TemporaryDirectory(prefix="pytest-ralph-queue-") as tmp:
-            results = Path(tmp) / "results.json"
-            # Started as the loop's check phases start pytest: a pytest.py (or a plugin's
-            # name) that the branch puts in the project folder cannot shadow pytest itself.
-            argv = [*pytest_command(python), str(rel), "-q", "-p", "no:cacheprovider",
-                    "--ralph-results", str(results), *args]
-            with tempfile.TemporaryFile() as out:
-                try:
-                    done = run_in_group(argv, cwd=folder, output=out, timeout=timeout, env=env)
-                except OSError as exc:
-                    return CheckOutcome({}, {}, errors=(f"cannot run the gate: {exc}",))
-                out.seek(0)
-                tail = out.read()[-2000:].decode("utf-8", "replace")
-            if done.timed_out:
-                return CheckOutcome({}, {}, errors=(
-                    f"the gate ran past {timeout:g} s and was stopped",))
-            shown = f"the gate `pytest {shlex.quote(str(rel))}` in {folder}"
             try:
-                outcome = CheckOutcome.from_results(read_results(results))
-            except ValueError:
-                return CheckOutcome({}, {}, errors=(
-                    f"{shown} wrote no results (exit {done.returncode}): {_one_line(tail)}",))
-            if done.returncode in (0, 1) and outcome.criteria:
-                return outcome
-            return replace(outcome, errors=(*outcome.errors, (
-                f"{shown} exited {done.returncode} after checking {len(outcome.criteria)} "
-                f"criteria: {_one_line(tail)}")))
+                results = run_check_phase(config, Path(tmp))
+            except OSError as exc:
+                return CheckOutcome({}, {}, errors=(f"cannot run the gate: {exc}",))
+            try:
+                tail = (Path(tmp) / "check.log").read_bytes()[-2000:].decode("utf-8", "replace")
+            except OSError:
+                tail = ""
+        shown = f"the gate `pytest {shlex.quote(str(rel))}` in {folder}"
+        code = results.exitstatus
+        checked = [c for c in results.criteria if c.kind != "missing"]
+        if code in (0, 1) and checked:
+            return CheckOutcome.from_results(results)
+        if not checked:  # one error: what the phase said (a timeout, no results), or the tail
+            said = "; ".join(results.errors) or tail
+            return CheckOutcome({}, {}, errors=(
+                f"{shown} exited {code} after checking 0 criteria: {one_line(said)}",))
+        outcome = CheckOutcome.from_results(results)
+        return replace(outcome, errors=(*outcome.errors, (
+            f"{shown} exited {code} after checking {len(checked)} "
+            f"criteria: {one_line(tail)}")))
 
     return check

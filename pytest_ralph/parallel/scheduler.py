@@ -46,6 +46,7 @@ import contextlib
 import datetime as _dt
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -115,6 +116,13 @@ class Queue(Protocol):
 
     def merge(self, story_id: str, branch: str) -> Any: ...
 
+    def merge_batch(self, items: list[tuple[str, str]]) -> list[Any]: ...
+
+    def verify(self) -> Any: ...
+
+    @property
+    def last_check(self) -> Any: ...
+
     def finish(self, user_branch: str, start_commit: str) -> Any: ...
 
     def remove_branch(self) -> None: ...
@@ -125,7 +133,25 @@ QueueFactory = Callable[[Repo, str, str], Queue]
 
 
 class Interrupted(Exception):
-    """SIGTERM reached the controller (Ctrl-C is :class:`KeyboardInterrupt`)."""
+    """SIGTERM reached the controller (Ctrl-C is :class:`KeyboardInterrupt`); the message is
+    ``"signal 15"`` (:func:`pytest_ralph.util.process.sigterm_raises`) or the reason."""
+
+
+def interruption(exc: BaseException) -> str:
+    """What stopped the run, for the line the controller prints: ``"interrupted by Ctrl-C"``
+    for a :class:`KeyboardInterrupt`, ``"stopped by SIGTERM (signal 15)"`` for the
+    :class:`Interrupted` of a signal, ``"stopped: <message>"`` for another :class:`Interrupted`
+    (``"stopped"`` when it says nothing)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted by Ctrl-C"
+    text = str(exc).strip()
+    number = text.removeprefix("signal ")
+    if number != text and number.isdigit():
+        try:
+            return f"stopped by {signal.Signals(int(number)).name} ({text})"
+        except ValueError:
+            return f"stopped by {text}"
+    return f"stopped: {text}" if text else "stopped"
 
 
 @dataclass
@@ -147,6 +173,9 @@ class Options:
         inifile: the project's configuration file (its copy in each worktree is used).
         max_bytes: the PRD size limit.
         tty: whether ``out`` is a terminal (one redrawn status line per lane).
+        gate: what the merge queue's gate could write, one sentence
+            (:func:`pytest_ralph.parallel.queue.describe_gate`), said when the run starts and
+            in the report; ``""``: nothing said.
     """
 
     rootdir: Path
@@ -161,6 +190,7 @@ class Options:
     inifile: Path | None = None
     max_bytes: int = 10 * 1024 * 1024
     tty: bool = False
+    gate: str = ""
 
 
 @dataclass
@@ -202,6 +232,7 @@ class Scheduler:
         self.prd: PRD | None = None
         self._stopping = False
         self.queue: Queue | None = None
+        self._base_checked = False
 
     # -- set-up ------------------------------------------------------------------------
 
@@ -281,6 +312,8 @@ class Scheduler:
                       f"{len(prd.stories)} stories, up to {self.o.parallel} lanes at once, "
                       f"from {rec.branch or 'a detached HEAD'} at {rec.base[:12]}; state "
                       f"{self.o.state_dir}")
+        if self.o.gate:
+            self.view.say(f"pytest-ralph: merge queue: {self.o.gate}")
         self._cancel_file().unlink(missing_ok=True)
         try:
             with sigterm_raises(Interrupted):
@@ -290,7 +323,7 @@ class Scheduler:
             self._stop_all()
             cancelled = self._cancel_file().exists()
             self.view.end()
-            why = "cancelled by --ralph-cancel" if cancelled else f"interrupted ({exc or 'Ctrl-C'})"
+            why = "cancelled by --ralph-cancel" if cancelled else interruption(exc)
             self.view.say(f"pytest-ralph: {why}: every lane's processes were stopped; their "
                           "runs and worktrees are kept; the same command resumes the run")
             self._save()
@@ -304,13 +337,19 @@ class Scheduler:
         while True:
             if self._cancel_file().exists():
                 raise Interrupted("--ralph-cancel")
+            ready: list[tuple[str, Lane]] = []
             for sid, lane_run in list(self.running.items()):
                 proc = lane_run.proc
                 if proc is not None and proc.poll() is not None:
-                    self._lane_done(sid, lane_run, proc.returncode, repo, queue)
+                    lane = self._lane_done(sid, lane_run, proc.returncode)
+                    if lane is not None:
+                        ready.append((sid, lane))
+            if ready:
+                self._merge(ready, queue)
             self._start_ready(repo, prd)
             if not self.running:
                 break
+            self._check_base_early(queue)
             self.view.draw(self._status())
             time.sleep(POLL_SECONDS)
 
@@ -433,8 +472,24 @@ class Scheduler:
                     continue
                 self._start(story, repo, resume=True)
 
-    def _lane_done(self, sid: str, lane_run: Running, code: int, repo: Repo,
-                   queue: Queue) -> None:
+    def _check_base_early(self, queue: Queue) -> None:
+        """Check the integration head before the first merge needs it, while every running
+        lane's agent works (the machine is then idle but for the agents): the first merge
+        then waits for its own check only. Once per run; not after a resume that has it."""
+        if self._base_checked:
+            return
+        phases = [lane_phase(r.log)[0] for r in self.running.values()]
+        if phases and all(p.startswith("iteration") and p.endswith("agent") for p in phases):
+            self._base_checked = True
+            if queue.last_check is None:
+                self.view.say("pytest-ralph: queue: checking the integration branch's start "
+                              "while the agents work (each merge is checked against it)")
+                queue.verify()
+
+    def _lane_done(self, sid: str, lane_run: Running, code: int) -> Lane | None:
+        """Record the end of ``sid``'s lane; return the lane when its story's criteria pass
+        in its worktree and its work is committed (it goes to the merge queue), else block
+        the story and return ``None``."""
         rec = self.record
         assert rec is not None
         del self.running[sid]
@@ -451,7 +506,7 @@ class Scheduler:
                              f"{n} iteration(s) (see {lane_run.log})")
             with contextlib.suppress(WorktreeError):
                 remove_lane(lane_run.lane, keep_branch=True)
-            return
+            return None
         self.view.say(f"pytest-ralph: lane {sid}: criteria pass in its worktree after "
                       f"{n} iteration(s) in {clock(took)}; to the merge queue")
         st["phase"] = "merging"
@@ -461,8 +516,29 @@ class Scheduler:
             commit_all(lane, f"ralph: story {sid} (run {rec.run_id}, attempt {st['attempt']})")
         except WorktreeError as exc:
             self._block(sid, f"its work could not be committed: {exc}")
-            return
-        result = queue.merge(sid, lane.branch)
+            return None
+        return lane
+
+    def _merge(self, ready: list[tuple[str, Lane]], queue: Queue) -> None:
+        """Hand the lanes whose criteria pass to the queue, in priority order, together as
+        one batch when there are several (:meth:`pytest_ralph.parallel.queue.MergeQueue.
+        merge_batch`: one check for all when they all pass)."""
+        order = {sid: n for n, sid in enumerate(self.record.stories)} if self.record else {}
+        ready.sort(key=lambda item: order.get(item[0], len(order)))
+        if len(ready) > 1:
+            self.view.say(f"pytest-ralph: queue: {', '.join(sid for sid, _ in ready)} are "
+                          "ready together: merged one after another, checked once")
+        results = queue.merge_batch([(sid, lane.branch) for sid, lane in ready])
+        for (sid, lane), result in zip(ready, results, strict=True):
+            self._merged(sid, lane, result, queue)
+
+    def _merged(self, sid: str, lane: Lane, result: Any, queue: Queue) -> None:
+        """What the queue said of ``sid``'s merge: merged (its lane removed), or back to a
+        new lane with the queue's words in its prompt, or blocked after
+        :data:`MERGE_ATTEMPTS`."""
+        rec = self.record
+        assert rec is not None
+        st = rec.stories[sid]
         outcome = str(getattr(result, "outcome", result))
         text = _result_text(result)
         st["merges"] = st.get("merges", 0) + 1
@@ -589,7 +665,8 @@ class Scheduler:
         lines = [f"# pytest-ralph parallel run {rec.run_id}", "",
                  f"- PRD: {rec.prd}", f"- From: {rec.branch or 'detached HEAD'} at "
                  f"{rec.base[:12]}", f"- Lanes at once: {self.o.parallel}",
-                 f"- Outcome: **{rec.result}**", "", "## Stories", "",
+                 f"- Outcome: **{rec.result}**",
+                 *([f"- Gate: {self.o.gate}"] if self.o.gate else []), "", "## Stories", "",
                  "| story | phase | attempts | merges | iterations | why |",
                  "|---|---|---|---|---|---|"]
         for sid, st in rec.stories.items():

@@ -19,11 +19,10 @@ small file ``<key>.json`` records the story id and the base commit, so that
 The user's own worktrees, branches, index and working tree are never touched: only the
 branches under ``ralph/<run_id>/`` and the worktrees under ``<state folder>/lanes/<run_id>/``.
 
-git runs with the environment of :func:`pytest_ralph.util.git.git_env` (no prompt, no pager,
-``LC_ALL=C``, none of the variables that point it at another repository), each command in
-its own process group, killed after :data:`GIT_TIMEOUT` seconds; hooks never run
-(``core.hooksPath=/dev/null``), and the lanes' commits are not signed. A git failure raises
-:class:`WorktreeError` with git's own message.
+git runs through :func:`pytest_ralph.parallel.gitcmd.git` (no prompt, no pager, no hook, no
+signing, each command in its own process group, killed after :data:`GIT_TIMEOUT` seconds); a
+git failure raises :class:`WorktreeError` with git's own message. :func:`uncommitted` and
+:func:`ensure_ignored` are shared with the merge queue.
 
 This module does not import pytest.
 """
@@ -34,17 +33,20 @@ import contextlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..util.git import git_env
-from ..util.process import run_in_group
+from .gitcmd import GIT_TIMEOUT as GIT_TIMEOUT  # (API: the lanes' git timeout)
+from .gitcmd import WorktreeError as WorktreeError  # (API: what the lanes raise)
+from .gitcmd import (
+    fails,
+    git,
+    identity,
+    list_worktrees,
+    same_path,
+)
 from .names import BRANCH_PREFIX, INTEGRATION, KEY_LENGTH, lane_key  # noqa: F401  (API)
-
-#: Seconds each git command may take (a worktree checkout of a large project included).
-GIT_TIMEOUT = 120.0
 
 #: The name of the state folder in the project when none is given.
 STATE_DIR = ".pytest_ralph"
@@ -52,27 +54,12 @@ STATE_DIR = ".pytest_ralph"
 #: The folder of the state folder that holds the lanes' worktrees, one folder per run.
 LANES = "lanes"
 
-#: The identity of a lane's commit when git has none configured (``-c``, never written).
-FALLBACK_NAME = "pytest-ralph"
-FALLBACK_EMAIL = "pytest-ralph@localhost"
-
 #: How many uncommitted paths :func:`preflight`'s message names before "... N more".
 LISTED_PATHS = 10
-
-#: ``-c`` settings of every git command: no hook, no daemon, no colour, no signing.
-_CONFIG = (
-    "core.hooksPath=/dev/null", "core.fsmonitor=false", "core.quotePath=false",
-    "color.ui=false", "gc.auto=0", "maintenance.auto=false", "commit.gpgsign=false",
-)
-
 
 
 class ParallelUsageError(Exception):
     """The project cannot run stories in parallel; the message says why and what to do."""
-
-
-class WorktreeError(Exception):
-    """A git command on a lane failed or timed out; the message holds git's own words."""
 
 
 @dataclass(frozen=True)
@@ -123,46 +110,6 @@ class Lane:
         return self.path / self.repo.project.relative_to(self.repo.top)
 
 
-def _git(cwd: Path, *args: str, ok: tuple[int, ...] = (0,),
-         config: tuple[str, ...] = ()) -> tuple[int, str, str]:
-    """``git -C cwd <args>``: (exit status, stdout, stderr), both decoded (errors replaced).
-
-    Raises:
-        WorktreeError: git is missing, exits with a status not in ``ok``, dies of a signal
-            or runs past :data:`GIT_TIMEOUT` seconds (its process group is then killed).
-    """
-    argv = ["git", "-C", str(cwd)]
-    for c in (*_CONFIG, *config):
-        argv += ["-c", c]
-    argv += args
-    shown = "git " + " ".join(args)
-    try:
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            done = run_in_group(argv, cwd=cwd, output=out, errors=err, timeout=GIT_TIMEOUT,
-                                env=git_env(), watchdog=False, grace=1.0)
-            out.seek(0)
-            err.seek(0)
-            stdout = out.read().decode("utf-8", "replace")
-            stderr = err.read().decode("utf-8", "replace").strip()
-    except OSError as exc:
-        raise WorktreeError(f"cannot run {shown} in {cwd}: {exc}") from None
-    if done.timed_out or done.returncode is None:
-        raise WorktreeError(f"{shown} in {cwd} took more than {GIT_TIMEOUT:g} s and was "
-                            "stopped")
-    if done.returncode not in ok:
-        raise WorktreeError(f"{shown} in {cwd} failed (exit {done.returncode}): "
-                            f"{stderr or 'no message'}")
-    return done.returncode, stdout, stderr
-
-
-def _fails(cwd: Path, *args: str) -> bool:
-    """Whether ``git -C cwd <args>`` exits non-zero (a git that cannot run fails)."""
-    try:
-        return _git(cwd, *args, ok=tuple(range(256)))[0] != 0
-    except WorktreeError:
-        return True
-
-
 # -- preflight --------------------------------------------------------------------------
 
 
@@ -187,23 +134,23 @@ def preflight(root: Path, state_dir: Path | None = None) -> Repo:
     """
     root = Path(root).resolve()
     state = Path(state_dir).resolve() if state_dir is not None else root / STATE_DIR
-    inside = root.is_dir() and _git(root, "rev-parse", "--is-inside-work-tree",
+    inside = root.is_dir() and git(root, "rev-parse", "--is-inside-work-tree",
                                     ok=tuple(range(256)))[1].strip() == "true"
     if not inside:
         raise ParallelUsageError(
             f"--ralph-parallel needs a git repository: {root} is not in a git work tree. "
             "Each story runs in its own git worktree made from a commit; make one with: "
             "git init && git add -A && git commit -m 'start'")
-    top = Path(_git(root, "rev-parse", "--show-toplevel")[1].strip()).resolve()
-    code, out, _ = _git(root, "rev-parse", "--verify", "-q", "HEAD^{commit}", ok=(0, 1, 128))
+    top = Path(git(root, "rev-parse", "--show-toplevel")[1].strip()).resolve()
+    code, out, _ = git(root, "rev-parse", "--verify", "-q", "HEAD^{commit}", ok=(0, 1, 128))
     if code != 0:
         raise ParallelUsageError(
             f"--ralph-parallel needs a commit to start the stories' worktrees from, and the "
             f"repository at {top} has none yet: git add -A && git commit -m 'start'")
     head = out.strip()
-    code, out, _ = _git(root, "symbolic-ref", "-q", "--short", "HEAD", ok=(0, 1))
+    code, out, _ = git(root, "symbolic-ref", "-q", "--short", "HEAD", ok=(0, 1))
     branch = out.strip() if code == 0 and out.strip() else None
-    changes = _uncommitted(top, state)
+    changes = uncommitted(top, state)
     if changes:
         shown = [f"  {line}" for line in changes[:LISTED_PATHS]]
         if len(changes) > LISTED_PATHS:
@@ -216,10 +163,22 @@ def preflight(root: Path, state_dir: Path | None = None) -> Repo:
     return Repo(top=top, project=root, state_dir=state, branch=branch, head=head)
 
 
-def _uncommitted(top: Path, state: Path) -> list[str]:
-    """``git status`` of the whole repository as lines ``XY path`` (relative to ``top``),
-    tracked changes and untracked files not ignored, without what lies in ``state``."""
-    out = _git(top, "status", "--porcelain=v1", "-z", "--untracked-files=all",
+def uncommitted(top: Path, state: Path) -> list[str]:
+    """What ``git status`` shows of the whole repository at ``top``, without what lies in the
+    state folder ``state``: tracked changes and untracked files not ignored.
+
+    Args:
+        top: the top folder of a work tree.
+        state: the state folder (anywhere; only when it is under ``top`` is it left out).
+
+    Returns:
+        one line ``XY path`` per change, ``XY`` git's two-letter status, ``path`` relative to
+        ``top`` (for a rename, where it went); ``[]`` when the work tree is clean.
+
+    Raises:
+        WorktreeError: git failed.
+    """
+    out = git(top, "status", "--porcelain=v1", "-z", "--untracked-files=all",
                "--ignore-submodules=none")[1]
     try:
         skip = state.relative_to(top).as_posix().rstrip("/") + "/"
@@ -252,7 +211,7 @@ def _names(repo: Repo, run_id: str, story_id: str) -> tuple[str, str, Path]:
     if key == INTEGRATION:
         raise WorktreeError(f"story {story_id!r} would have the lane {branch}, the name of the "
                             "run's integration branch: rename the story in the PRD")
-    if _fails(repo.top, "check-ref-format", f"refs/heads/{branch}"):
+    if fails(repo.top, "check-ref-format", f"refs/heads/{branch}"):
         raise WorktreeError(f"{branch!r} is not a valid branch name (story {story_id!r}, "
                             f"run {run_id!r})")
     return key, branch, _run_dir(repo, run_id) / key
@@ -262,9 +221,14 @@ def _run_dir(repo: Repo, run_id: str) -> Path:
     return repo.state_dir / LANES / lane_key(run_id)
 
 
-def _ensure_ignored(state: Path) -> None:
-    """Create the state folder and its ``.gitignore`` (``*``) when missing, so that the lanes
-    never show up in the user's ``git status``."""
+def ensure_ignored(state: Path) -> None:
+    """Create the state folder ``state`` (and its parents) and its ``.gitignore`` (``*``) when
+    missing, so that the lanes never show up in the user's ``git status``; an existing
+    ``.gitignore`` is left as it is.
+
+    Raises:
+        OSError: the folder or the file cannot be made.
+    """
     state.mkdir(parents=True, exist_ok=True)
     ignore = state / ".gitignore"
     if not ignore.exists():
@@ -284,20 +248,20 @@ def create_lane(repo: Repo, run_id: str, story_id: str, base_commit: str) -> Lan
             worktree folder exists, ``base_commit`` is no commit, or git failed.
     """
     key, branch, path = _names(repo, run_id, story_id)
-    if not _fails(repo.top, "show-ref", "--verify", "-q", f"refs/heads/{branch}"):
+    if not fails(repo.top, "show-ref", "--verify", "-q", f"refs/heads/{branch}"):
         raise WorktreeError(f"the lane of story {story_id!r} exists already (branch {branch}):"
                             " use find_lanes and repair to go on with it, or remove it first")
     if path.exists():
         raise WorktreeError(f"the lane folder {path} of story {story_id!r} exists already: "
                             "move it aside or remove it")
-    base = _git(repo.top, "rev-parse", "--verify", "-q", f"{base_commit}^{{commit}}",
+    base = git(repo.top, "rev-parse", "--verify", "-q", f"{base_commit}^{{commit}}",
                 ok=(0, 1, 128))
     if base[0] != 0:
         raise WorktreeError(f"{base_commit!r} names no commit in {repo.top}")
     commit = base[1].strip()
-    _ensure_ignored(repo.state_dir)
+    ensure_ignored(repo.state_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _git(repo.top, "worktree", "add", "--no-track", "-b", branch, str(path), commit)
+    git(repo.top, "worktree", "add", "--no-track", "-b", branch, str(path), commit)
     lane = Lane(repo, run_id, story_id, key, branch, path, commit)
     _write_record(lane)
     return lane
@@ -326,29 +290,6 @@ def _read_record(lane_path: Path) -> dict[str, str]:
     return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
 
 
-def _worktrees(top: Path) -> list[dict[str, str]]:
-    """``git worktree list --porcelain`` as one dict per worktree: ``worktree`` (path),
-    ``HEAD``, ``branch`` (``refs/heads/...``), and ``detached``, ``bare``, ``locked``,
-    ``prunable`` when present (their reason, or ``""``)."""
-    out = _git(top, "worktree", "list", "--porcelain")[1]
-    found: list[dict[str, str]] = []
-    for block in out.split("\n\n"):
-        entry: dict[str, str] = {}
-        for line in block.splitlines():
-            name, _, value = line.partition(" ")
-            entry[name] = value
-        if "worktree" in entry:
-            found.append(entry)
-    return found
-
-
-def _same(a: Path | str, b: Path | str) -> bool:
-    try:
-        return Path(a).resolve() == Path(b).resolve()
-    except OSError:
-        return False
-
-
 def find_lanes(repo: Repo, run_id: str) -> list[Lane]:
     """The lanes of run ``run_id`` that exist now, sorted by key: every branch under
     ``ralph/<run>/``, whether or not its worktree is still there (a lane whose worktree is
@@ -360,7 +301,7 @@ def find_lanes(repo: Repo, run_id: str) -> list[Lane]:
     """
     run = lane_key(run_id)
     prefix = f"refs/heads/{BRANCH_PREFIX}/{run}/"
-    out = _git(repo.top, "for-each-ref", "--format=%(refname)", prefix)[1]
+    out = git(repo.top, "for-each-ref", "--format=%(refname)", prefix)[1]
     lanes = []
     for ref in sorted(out.split()):
         key = ref[len(prefix):]
@@ -381,7 +322,7 @@ def lane_state(lane: Lane) -> str:
     Raises:
         WorktreeError: git failed.
     """
-    registered = [w for w in _worktrees(lane.repo.top) if _same(w["worktree"], lane.path)]
+    registered = [w for w in list_worktrees(lane.repo.top) if same_path(w["worktree"], lane.path)]
     if not lane.path.exists():
         return "missing"
     if not registered or "prunable" in registered[0]:
@@ -389,11 +330,11 @@ def lane_state(lane: Lane) -> str:
     if not (lane.path / ".git").is_file():
         return "broken"
     try:
-        top = _git(lane.path, "rev-parse", "--show-toplevel")[1].strip()
-        head = _git(lane.path, "symbolic-ref", "-q", "HEAD", ok=(0, 1))[1].strip()
+        top = git(lane.path, "rev-parse", "--show-toplevel")[1].strip()
+        head = git(lane.path, "symbolic-ref", "-q", "HEAD", ok=(0, 1))[1].strip()
     except WorktreeError:
         return "broken"
-    if not _same(top, lane.path) or head != f"refs/heads/{lane.branch}":
+    if not same_path(top, lane.path) or head != f"refs/heads/{lane.branch}":
         return "broken"
     return "ready"
 
@@ -409,7 +350,7 @@ def repair(lane: Lane) -> str:
         WorktreeError: the branch is gone, or git failed.
     """
     top = lane.repo.top
-    if _fails(top, "show-ref", "--verify", "-q", f"refs/heads/{lane.branch}"):
+    if fails(top, "show-ref", "--verify", "-q", f"refs/heads/{lane.branch}"):
         raise WorktreeError(f"the branch {lane.branch} of story {lane.story_id!r} is gone: "
                             "its lane cannot be rebuilt")
     state = lane_state(lane)
@@ -418,15 +359,15 @@ def repair(lane: Lane) -> str:
     if lane.path.exists():
         aside = lane.path.with_name(f"{lane.key}.broken-{int(time.time())}")
         lane.path.rename(aside)
-    _git(top, "worktree", "prune")
+    git(top, "worktree", "prune")
     lanes = (lane.repo.state_dir / LANES).resolve()
-    for w in _worktrees(top):  # the branch still checked out in another folder of the lanes
+    for w in list_worktrees(top):  # the branch still checked out in another folder of the lanes
         if w.get("branch") == f"refs/heads/{lane.branch}" and \
                 Path(w["worktree"]).resolve().is_relative_to(lanes):
-            _git(top, "worktree", "remove", "--force", "--force", w["worktree"])
-    _ensure_ignored(lane.repo.state_dir)
+            git(top, "worktree", "remove", "--force", "--force", w["worktree"])
+    ensure_ignored(lane.repo.state_dir)
     lane.path.parent.mkdir(parents=True, exist_ok=True)
-    _git(top, "worktree", "add", str(lane.path), lane.branch)
+    git(top, "worktree", "add", str(lane.path), lane.branch)
     _write_record(lane)
     return "rebuilt"
 
@@ -441,15 +382,15 @@ def remove_lane(lane: Lane, keep_branch: bool = False) -> None:
         WorktreeError: git failed.
     """
     top = lane.repo.top
-    for w in _worktrees(top):
-        if _same(w["worktree"], lane.path):
-            _git(top, "worktree", "remove", "--force", "--force", str(lane.path))
+    for w in list_worktrees(top):
+        if same_path(w["worktree"], lane.path):
+            git(top, "worktree", "remove", "--force", "--force", str(lane.path))
     if lane.path.exists() and lane.path.is_relative_to(lane.repo.state_dir / LANES):
         shutil.rmtree(lane.path)
-    _git(top, "worktree", "prune")
+    git(top, "worktree", "prune")
     if not keep_branch:
-        if not _fails(top, "show-ref", "--verify", "-q", f"refs/heads/{lane.branch}"):
-            _git(top, "branch", "-D", lane.branch)
+        if not fails(top, "show-ref", "--verify", "-q", f"refs/heads/{lane.branch}"):
+            git(top, "branch", "-D", lane.branch)
         _record(lane.path).unlink(missing_ok=True)
 
 
@@ -470,10 +411,10 @@ def cleanup(repo: Repo, run_id: str, keep: frozenset[str] = frozenset()) -> list
         if hold:
             kept.append(lane.branch)
     run_dir = _run_dir(repo, run_id)
-    for w in _worktrees(repo.top):  # a worktree left under the run's folder, branch or not
+    for w in list_worktrees(repo.top):  # a worktree left under the run's folder, branch or not
         if Path(w["worktree"]).resolve().is_relative_to(run_dir.resolve()):
-            _git(repo.top, "worktree", "remove", "--force", "--force", w["worktree"])
-    _git(repo.top, "worktree", "prune")
+            git(repo.top, "worktree", "remove", "--force", "--force", w["worktree"])
+    git(repo.top, "worktree", "prune")
     if run_dir.is_dir() and not kept:
         shutil.rmtree(run_dir)
     with contextlib.suppress(OSError):
@@ -490,7 +431,7 @@ def lane_head(lane: Lane) -> str:
     Raises:
         WorktreeError: the branch is gone, or git failed.
     """
-    code, out, _ = _git(lane.repo.top, "rev-parse", "--verify", "-q",
+    code, out, _ = git(lane.repo.top, "rev-parse", "--verify", "-q",
                         f"refs/heads/{lane.branch}^{{commit}}", ok=(0, 1, 128))
     if code != 0:
         raise WorktreeError(f"the branch {lane.branch} of story {lane.story_id!r} is gone")
@@ -517,21 +458,8 @@ def commit_all(lane: Lane, message: str) -> str | None:
         raise WorktreeError(f"the lane of story {lane.story_id!r} at {lane.path} is {state}: "
                             "repair it before committing")
     where = lane.path
-    _git(where, "add", "-A", "--", ".")
-    if _git(where, "diff", "--cached", "--quiet", ok=(0, 1))[0] == 0:
+    git(where, "add", "-A", "--", ".")
+    if git(where, "diff", "--cached", "--quiet", ok=(0, 1))[0] == 0:
         return None
-    _git(where, "commit", "-q", "--no-verify", "-m", message, config=_identity(where))
+    git(where, "commit", "-q", "--no-verify", "-m", message, config=identity(where))
     return lane_head(lane)
-
-
-def _identity(where: Path) -> tuple[str, ...]:
-    """The ``-c`` settings that give a commit an identity when git has none."""
-    if not _fails(where, "var", "GIT_AUTHOR_IDENT") and \
-            not _fails(where, "var", "GIT_COMMITTER_IDENT"):
-        return ()
-    extra = []
-    if _fails(where, "config", "--get", "user.name"):
-        extra.append(f"user.name={FALLBACK_NAME}")
-    if _fails(where, "config", "--get", "user.email"):
-        extra.append(f"user.email={FALLBACK_EMAIL}")
-    return tuple(extra)

@@ -249,13 +249,22 @@ def merge_command(config: pytest.Config, settings: Settings) -> tuple[int, str]:
     the path arguments (branches); its Markdown summary goes to ``GITHUB_STEP_SUMMARY`` when
     set (a file that cannot be written is a warning). Its lines go to stdout for exit 0 and
     1 (the merges were made), to stderr for bad input."""
-    from ..commands.merge import EXIT_NOT_MERGED, merge
+    from ..commands.merge import EXIT_NOT_MERGED, PREFIX, merge
+    from ..loop.records import EXIT_USAGE
+    from ..sandbox.bwrap import SandboxError
     from . import stepsummary
+    from .parallelrun import gate_inifile, gate_sandbox
 
     typed = getattr(config, "args_source", None) == pytest.Config.ArgsSource.ARGS
     args = [str(a) for a in config.args if a] if typed else []
+    try:  # the branches' code is agent code: the loop's sandbox rules apply to the gate
+        sandbox = gate_sandbox(settings)
+    except SandboxError as exc:
+        return EXIT_USAGE, PREFIX + str(exc)
+    top = Path(os.path.realpath(config.rootpath))
     done = merge(config.rootpath, settings.prd, args,
-                 state_dir=settings.dir, max_bytes=settings.max_prd_bytes)
+                 state_dir=settings.dir, max_bytes=settings.max_prd_bytes, sandbox=sandbox,
+                 inifile=gate_inifile(config, top, top))
     if stepsummary.target() is not None:
         warning = stepsummary.append(done.markdown())
         if warning:

@@ -9,13 +9,43 @@ lane's own ``pytest --ralph`` gets (:func:`lane_args`); the merge queue comes fr
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 from ..loop.settings import SPECS, Settings
+from ..sandbox.bwrap import Sandbox, probe
 from .options import child_args
+
+#: Who the merge queue's sandbox confines, for the messages of :func:`gate_sandbox`.
+GATE = "the gate (the lanes' code)"
+
+
+def gate_sandbox(settings: Settings) -> Sandbox:
+    """The sandbox of the merge queue's gate: ``ralph_sandbox`` / ``--ralph-sandbox`` and
+    ``ralph_sandbox_writable`` as the loop resolves and probes them
+    (:func:`pytest_ralph.sandbox.bwrap.probe`): ``required`` without a working bubblewrap is
+    refused, ``auto`` runs the gate unconfined and says so, ``off`` never confines.
+
+    Raises:
+        pytest_ralph.sandbox.bwrap.SandboxError: ``required`` and bubblewrap cannot confine.
+    """
+    return probe(settings.sandbox, source=settings.sources.get("sandbox", "default"),
+                 writable=settings.sandbox_writable, what=GATE)
+
+
+def gate_inifile(config: pytest.Config, top: Path, project: Path) -> Path | None:
+    """The configuration file the gate uses: the session's, relative to ``project`` when it
+    lies in the work tree ``top`` (each worktree's copy is then used), else as it is."""
+    ini = config.inipath
+    if ini is None:
+        return None
+    real = Path(os.path.realpath(ini))
+    if real == top or top in real.parents:
+        return Path(os.path.relpath(real, project))
+    return real
 
 #: Settings the controller sets for each lane itself (never passed through).
 _OWN = frozenset({"parallel", "story", "dir", "budget", "max_cost", "prd"})
@@ -52,11 +82,12 @@ def run_parallel(config: pytest.Config, settings: Settings) -> int:
     Raises:
         pytest.UsageError: ``--ralph-story`` with ``--ralph-parallel`` (a lane is one story).
     """
-    from ..loop.records import EXIT_NO_CRITERIA
-    from ..parallel.queue import MergeQueue, gate_check
+    from ..loop.records import EXIT_NO_CRITERIA, EXIT_USAGE
+    from ..parallel.queue import MergeQueue, describe_gate, gate_around, gate_check
     from ..parallel.scheduler import Options, Queue, Scheduler
     from ..parallel.worktrees import Repo
     from ..prd.load import discover_prd
+    from ..sandbox.bwrap import SandboxError
 
     if settings.story:
         raise pytest.UsageError(
@@ -68,17 +99,24 @@ def run_parallel(config: pytest.Config, settings: Settings) -> int:
         sys.stderr.write(f"pytest-ralph: --ralph-parallel: no PRD found in {config.rootpath}"
                          " (give it with --ralph-prd)\n")
         return EXIT_NO_CRITERIA
+    try:
+        sandbox = gate_sandbox(settings)
+    except SandboxError as exc:
+        sys.stderr.write(f"pytest-ralph: --ralph-parallel: {exc}\n")
+        return EXIT_USAGE
     options = Options(rootdir=config.rootpath, state_dir=settings.dir,
                       prd_path=Path(prd).resolve(), parallel=settings.parallel,
                       lane_args=lane_args(config, settings), budget=settings.budget,
                       max_cost=settings.max_cost, agent=settings.agent or "",
                       python=sys.executable, inifile=config.inipath,
                       max_bytes=settings.max_prd_bytes,
-                      tty=sys.stdout.isatty())
+                      tty=sys.stdout.isatty(), gate=describe_gate(sandbox, done=False))
 
     def make_queue(repo: Repo, run_id: str, base: str) -> Queue:
         prd_rel = options.prd_path.relative_to(repo.project)
-        return MergeQueue(repo, run_id, base, gate_check(prd_rel, python=sys.executable),
-                          prd=prd_rel)
+        gate = gate_check(prd_rel, python=sys.executable, sandbox=sandbox,
+                          state_dir=repo.state_dir, around=gate_around(repo),
+                          inifile=gate_inifile(config, repo.top, repo.project))
+        return MergeQueue(repo, run_id, base, gate, prd=prd_rel)
 
     return Scheduler(options, make_queue).run()

@@ -226,7 +226,8 @@ def _extra_keys(node: Mapping[str, Any]) -> str:
         return "No other keys are allowed."
     return ("The schema accepts keys not listed here, except one that looks like a "
             "misspelling of a listed key (`prority`, `contians`): the loader refuses it, "
-            "naming the key it looks like.")
+            "naming the key it looks like, also when that key is there too (its value would "
+            "be ignored).")
 
 
 def _kind_key(node: Mapping[str, Any]) -> list[str]:

@@ -387,9 +387,9 @@ def _check_field_problems(c: dict[str, Any], parts: tuple[str | int, ...],
                 wrong = (f"{field!r} does not apply to {kinds[0]!r} criteria (only {names} "
                          "criteria take it)")
                 hint = "remove it"
-            elif near is not None and near not in c:
-                wrong = f"unknown key {field!r} for {kinds[0]!r} criteria"
-                hint = f"did you mean {near!r}?"
+            elif near is not None:
+                wrong = f"unknown key {field!r}{_beside(near, c)} for {kinds[0]!r} criteria"
+                hint = _rename_hint(near, c)
             else:
                 continue
             jp, line, col = where.at((*parts, field))
@@ -453,9 +453,10 @@ def misspelt_key_problems(raw: dict[str, Any], data: dict[str, Any],
     """Keys of the top level (``raw``, as written) and of each story (in the normalized
     ``data``) that look like misspellings of a canonical key (``userStory``,
     ``acceptanceCriterias``, ``prority``, ``passed``) and would otherwise be ignored: a story
-    whose criteria are under a misspelt key would get its title as its only criterion. Keys
-    a dialect reads (``status``, ``steps``...), and keys next to the one they look like, are
-    left alone."""
+    whose criteria are under a misspelt key would get its title as its only criterion. A
+    misspelt key next to the key it looks like (``prority`` beside ``priority``) is refused
+    too: its value would be dropped without a word. Keys a dialect reads (``status``,
+    ``steps``, ``depends_on``...) are left alone."""
     problems: list[Problem] = []
     places: list[tuple[tuple[str | int, ...], Any, str, tuple[str, ...]]] = [
         ((), raw, "at the top level", TOP_VOCABULARY)]
@@ -468,13 +469,29 @@ def misspelt_key_problems(raw: dict[str, Any], data: dict[str, Any],
             continue
         for key in obj:
             near = misspelt(key, known) if isinstance(key, str) and key not in skip else None
-            if near is None or near in obj:
+            if near is None:
                 continue
             jp, line, col = where.at((*parts, key))
             expected = ", ".join(repr(k) for k in known)
-            problems.append(Problem(jp, f"unknown key {key!r} {what}; expected the keys "
-                                    f"{expected}", line, col, hint=f"did you mean {near!r}?"))
+            problems.append(Problem(jp, f"unknown key {key!r}{_beside(near, obj)} {what}; "
+                                    f"expected the keys {expected}", line, col,
+                                    hint=_rename_hint(near, obj)))
     return problems
+
+
+def _beside(near: str, obj: dict[str, Any]) -> str:
+    """`` next to 'priority'`` when ``obj`` holds ``near``, the key a misspelt one looks like;
+    else ``""``."""
+    return f" next to {near!r}" if near in obj else ""
+
+
+def _rename_hint(near: str, obj: dict[str, Any]) -> str:
+    """The hint for a misspelt key that looks like ``near``: with ``near`` in ``obj`` as well,
+    the misspelt key's value would be dropped, so it must go or get a name of its own."""
+    if near in obj:
+        return (f"did you mean {near!r}? remove or rename it (only {near!r} is read; "
+                "this key's value is ignored)")
+    return f"did you mean {near!r}?"
 
 
 def duplicate_id_problems(data: dict[str, Any], where: Locator) -> list[Problem]:

@@ -173,7 +173,7 @@ def base_args(bwrap: str) -> list[str]:
 
 
 def probe(mode: str, *, source: str = "default", writable: Sequence[Path] = (),
-          env: Mapping[str, str] | None = None) -> Sandbox:
+          env: Mapping[str, str] | None = None, what: str = "the agent") -> Sandbox:
     """Whether commands can be confined here, for the setting ``mode``.
 
     ``off`` confines nothing. Otherwise bubblewrap must be on ``PATH`` (of ``env``, default
@@ -185,6 +185,8 @@ def probe(mode: str, *, source: str = "default", writable: Sequence[Path] = (),
         source: where ``mode`` came from, for messages.
         writable: ``ralph_sandbox_writable`` (absolute paths).
         env: the environment whose ``PATH`` finds ``bwrap``.
+        what: who would be confined, for the message of ``required`` (``"the agent"``; the
+            merge queue's gate: ``"the gate (the lanes' code)"``).
 
     Raises:
         SandboxError: ``mode`` is ``required`` and bubblewrap cannot confine a command.
@@ -210,9 +212,9 @@ def probe(mode: str, *, source: str = "default", writable: Sequence[Path] = (),
             version, why = _probed[found]
     if why:
         if mode == "required":
-            raise SandboxError(f"{shown}, but the agent cannot be confined: {why}; install or "
+            raise SandboxError(f"{shown}, but {what} cannot be confined: {why}; install or "
                                "repair bubblewrap, or set ralph_sandbox = auto (or off) to run "
-                               "the agent unconfined")
+                               f"{what} unconfined")
         return Sandbox(mode, source, reason=f"{why}; {shown}", writable=tuple(writable))
     return Sandbox(mode, source, bwrap=found, version=version, writable=tuple(writable))
 
@@ -251,6 +253,10 @@ class Confinement:
             writable path are what matter; a path that does not exist is skipped).
         env: environment variables set inside (``TMPDIR=/tmp`` always).
         what: who is confined, for messages: ``"the agent"``, ``"the check phase"``.
+        enclosing: paths bound read-only in the same pass as the writable ones, parents before
+            children, so that a writable path inside one stays writable (the state folder
+            around the merge queue's integration worktree; the user's working tree and the
+            repository's ``.git`` around it); a path that does not exist is skipped.
         home: the home folder, made private: an empty folder of its own at the same path
             (``--tmpfs``), in which each entry of the real one is bound back read-only (a
             symbolic link as a link), before the writable paths. A program may then create
@@ -265,6 +271,7 @@ class Confinement:
     env: tuple[tuple[str, str], ...] = ()
     what: str = "the agent"
     home: Path | None = None
+    enclosing: tuple[Path, ...] = ()
 
 
 def wrap(sandbox: Sandbox, argv: Sequence[str], confinement: Confinement) -> list[str]:
@@ -272,8 +279,10 @@ def wrap(sandbox: Sandbox, argv: Sequence[str], confinement: Confinement) -> lis
     sandbox does not confine.
 
     Paths are bound at their resolved location (symbolic links in the way are read-only
-    links to it). A writable path nested in another is bound after it; read-only paths come
-    last, so a read-only path inside a writable one stays read-only.
+    links to it). A writable path nested in another is bound after it, and so is one nested
+    in an enclosing read-only path (:attr:`Confinement.enclosing`, bound in the same pass,
+    read-only first for the same path); read-only paths come last, so a read-only path
+    inside a writable one stays read-only.
     """
     if sandbox.bwrap is None:
         return list(argv)
@@ -281,8 +290,11 @@ def wrap(sandbox: Sandbox, argv: Sequence[str], confinement: Confinement) -> lis
     if confinement.home is not None:
         args += _private_home(confinement.home)
     writable = _ordered(confinement.writable)
-    for path in writable:
-        args += ["--bind-try", path, path]
+    enclosing = set(_ordered(confinement.enclosing))
+    for path in sorted(enclosing | set(writable),
+                       key=lambda s: (s.count(os.sep), s not in enclosing, s)):
+        args += ["--ro-bind-try" if path in enclosing and path not in writable else
+                 "--bind-try", path, path]
     for path in _outermost(_ordered(confinement.readonly), writable):
         args += ["--ro-bind-try", path, path]
     # pytest's own temporary folders (tmp_path) go to a folder of the private /tmp: a pytest
@@ -451,17 +463,27 @@ def agent_confinement(sandbox: Sandbox, *, project: Path, state_dir: Path,
 
 
 def check_confinement(sandbox: Sandbox, *, project: Path, state_dir: Path,
-                      results: Path, judges: Sequence[Path], pycache: Path | None
-                      ) -> Confinement:
+                      results: Path, judges: Sequence[Path], pycache: Path | None,
+                      around: Sequence[Path] = ()) -> Confinement:
     """The confinement of a check phase: it may write ``project`` less ``judges`` (the PRD,
     the guarded files and folders), its private ``results`` folder and
-    ``ralph_sandbox_writable``; the state folder, the bytecode folder ``pycache`` and a
-    virtualenv inside the project stay read-only."""
-    ro = [state_dir, *_environment_inside(project), *_environment_hidden(project), *judges]
+    ``ralph_sandbox_writable``; the state folder, the bytecode folder ``pycache``, a
+    virtualenv inside the project and ``around`` stay read-only.
+
+    A ``project`` inside the state folder (the merge queue's integration worktree) stays
+    writable: the state folder is then bound read-only around it
+    (:attr:`Confinement.enclosing`), as ``around`` is (the user's working tree and the
+    repository's ``.git`` folder, around or beside the worktree)."""
+    root = os.path.realpath(project)
+    state = os.path.realpath(state_dir)
+    inside_state = root.startswith(state.rstrip(os.sep) + os.sep)
+    ro = [*([] if inside_state else [state_dir]), *_environment_inside(project),
+          *_environment_hidden(project), *judges]
     if pycache is not None:
         ro.append(pycache)
     return Confinement(chdir=project, writable=(project, results, *sandbox.writable),
-                       readonly=tuple(ro), what="the check phase", home=_home())
+                       readonly=tuple(ro), what="the check phase", home=_home(),
+                       enclosing=(*around, *([state_dir] if inside_state else [])))
 
 
 def _home() -> Path | None:

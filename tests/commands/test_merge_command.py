@@ -60,9 +60,11 @@ def test_independent_branches_merge_and_the_integration_branch_is_left(
     result = run(pytester, "ralph/US-001", "ralph/US-002")
     assert result.ret == 0, result.stderr.str()
     out = result.stdout.str()
-    # priority order: US-002 (priority 1) first
-    assert result.outlines[0] == "US-002 ralph/US-002: merged (1/3 criteria passed)"
-    assert result.outlines[1] == "US-001 ralph/US-001: merged (2/3 criteria passed)"
+    # priority order: US-002 (priority 1) first; one wave, so one batch and one check
+    assert result.outlines[0] == ("US-002 ralph/US-002: merged (2/3 criteria passed; checked "
+                                  "once with 2 merged together)")
+    assert result.outlines[1] == ("US-001 ralph/US-001: merged (2/3 criteria passed; checked "
+                                  "once with 2 merged together)")
     integration = f"ralph/merge-{head[:12]}/integration"
     assert f"integration branch: {integration}" in out
     assert git(project, "show", f"{integration}:a.txt") == "A\n"

@@ -276,6 +276,29 @@ def test_claimed_list(tmp_path: Path) -> None:
     assert "--ralph-strict" in section
 
 
+@pytest.mark.parametrize("strict", [True, False])
+def test_refused_claims_are_explained_under_strict_mode(tmp_path: Path, strict: bool) -> None:
+    """Under --ralph-strict a claimed criterion fails whatever its story says: the report
+    says so, and that write-back left the story's claim as written. Without strict mode a
+    failing claimed criterion is a story that does not claim done: no such section."""
+    run = _run(tmp_path, "limit", 1, strict=strict)
+    last = run.iterations[-1].results
+    refused = _result("US-003::AC1", "failed", "claimed, not verified: no check is mapped to "
+                      "this text criterion and --ralph-strict refuses claims", claimed=True)
+    run.iterations[-1] = dataclasses.replace(run.iterations[-1], results=CheckResults(
+        (*last.criteria[:-1], refused)))
+    text = render_report(run)
+    if not strict:
+        assert "## Claims refused" not in text
+        return
+    section = text[text.index("## Claims refused (--ralph-strict)"):]
+    section = section[:section.index("\n## ")] if "\n## " in section else section
+    assert "--ralph-strict refuses claims: they fail whatever their story says" in section
+    assert "write-back left each story's claim as it was written" in section
+    assert "- US-003::AC1: Docs written (the story's `passes` says done)" in section
+    assert "US-001" not in section and "Claimed, not verified" not in text
+
+
 def test_no_claimed_section_without_claims(tmp_path: Path) -> None:
     run = _run(tmp_path, "limit", 1)
     last = run.iterations[-1].results

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 from tests.support.env import clean_env
 from tests.support.git import git, needs_git
 from tests.support.prd import story
+from tests.support.terminal import Screen, run_in_pty
 
 pytestmark = needs_git
 
@@ -270,7 +272,10 @@ def test_kill_9_of_the_controller_then_the_same_command_resumes(tmp_path: Path) 
     stories = [story(f"US-00{i}", *criteria(f"f{i}.txt"), priority=i) for i in range(1, 4)]
     root = project(tmp_path, stories)
     args = ("--ralph-parallel", "3", "--ralph-agent", agent(tmp_path))
-    proc = start(root, tmp_path, *args, AGENT_SLEEP="6")
+    # The orphans' agents must still be running when the resumed controller looks (it stops
+    # them, so a long sleep costs nothing): 6 s was not enough for a resume's start-up on a
+    # loaded machine (under -n 2, two of three lanes had finished by then).
+    proc = start(root, tmp_path, *args, AGENT_SLEEP="60")
     wait_until(lambda: started(tmp_path) == 3)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -315,6 +320,27 @@ def test_cancel_stops_every_lane(tmp_path: Path) -> None:
     assert "stopped (the same command resumes it)" in status.stdout
 
 
+@pytest.mark.parametrize(("signum", "said"), [
+    (signal.SIGINT, "interrupted by Ctrl-C"),
+    (signal.SIGTERM, "stopped by SIGTERM (signal 15)"),
+])
+def test_ctrl_c_and_sigterm_say_what_stopped_the_run(tmp_path: Path, signum: int,
+                                                     said: str) -> None:
+    root = project(tmp_path, FOUR[:2])
+    proc = start(root, tmp_path, "--ralph-parallel", "2", "--ralph-agent", agent(tmp_path),
+                 AGENT_SLEEP="60")
+    wait_until(lambda: started(tmp_path) == 2)
+    groups = lane_pgids(root)
+    os.killpg(proc.pid, signum)  # as a terminal's Ctrl-C: the controller's process group
+    assert proc.wait(timeout=60) == 2
+    assert not any(alive(p) for p in groups)
+    out = (tmp_path / "controller.log").read_text()
+    (line,) = [ln for ln in out.splitlines() if "every lane's processes were stopped" in ln]
+    assert line == (f"pytest-ralph: {said}: every lane's processes were stopped; their runs "
+                    "and worktrees are kept; the same command resumes the run"), out
+    assert "Traceback" not in out
+
+
 def test_two_stories_editing_the_same_lines(tmp_path: Path) -> None:
     stories = [story("US-001", {"text": "done 1", "run": "grep -qx 'done US-001' shared.txt"},
                      *criteria("US-001.txt"), priority=1),
@@ -334,7 +360,126 @@ def test_two_stories_editing_the_same_lines(tmp_path: Path) -> None:
     assert len(worktrees(root)) == 1
 
 
+#: A fake ``claude`` (stream-json on stdout) for two lanes. US-001's first run waits until
+#: US-002's first run has started, then is rate limited until RESET_IN seconds from now
+#: (Claude Code's "usage limit reached|<epoch>"); its second writes f1.txt. US-002's first
+#: run waits until the run's shared pause file exists (the rate limit is known), records it
+#: and writes f2a.txt; its second writes f2b.txt. Each run appends ``<story> <n> start|end
+#: <unix time>`` to AGENT_RUNS.
+RATE_LIMITED_CLAUDE = r"""
+import glob, json, os, re, sys, time
+sys.stdin.read()
+sid = re.search(r"/(US-\d+)\.\d+\.state/", os.environ["PYTEST_RALPH_PROMPT_FILE"]).group(1)
+count = os.path.join(os.environ["AGENT_DIR"], sid + ".count")
+n = int(open(count).read()) + 1 if os.path.exists(count) else 1
+open(count, "w").write(str(n))
+def note(what):
+    with open(os.environ["AGENT_RUNS"], "a") as f:
+        f.write(f"{sid} {n} {what} {time.time():.3f}\n")
+def result(text, error=False):
+    print(json.dumps({"type": "system", "subtype": "init", "session_id": "s", "tools": []}))
+    print(json.dumps({"type": "result", "subtype": "success", "is_error": error,
+                      "api_error_status": None, "result": text, "num_turns": 1,
+                      "total_cost_usd": 0, "duration_ms": 1, "session_id": "s",
+                      "usage": {"input_tokens": 1, "output_tokens": 1},
+                      "terminal_reason": "api_error" if error else "completed"}), flush=True)
+note("start")
+if sid == "US-001" and n == 1:
+    end = time.time() + 120
+    while "US-002 1 start" not in open(os.environ["AGENT_RUNS"]).read() and time.time() < end:
+        time.sleep(0.1)
+    reset = int(time.time() + float(os.environ["RESET_IN"]))
+    result(f"Claude AI usage limit reached|{reset}", error=True)
+    note("end")
+    sys.exit(1)
+if sid == "US-002" and n == 1:
+    end = time.time() + 120
+    while not (found := glob.glob(os.environ["PAUSE_GLOB"])) and time.time() < end:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    with open(os.path.join(os.environ["AGENT_DIR"], "pause-seen.json"), "w") as f:
+        f.write(open(found[0]).read() if found else "{}")
+name = {"US-001": "f1.txt", "US-002": "f2a.txt" if n == 1 else "f2b.txt"}[sid]
+open(name, "w").write(f"work of {sid}\n")
+result("Done.")
+note("end")
+"""
+
+
+def test_a_rate_limit_in_one_lane_pauses_the_other_lane_too(tmp_path: Path) -> None:
+    stories = [story("US-001", *criteria("f1.txt"), priority=1),
+               story("US-002", *criteria("f2a.txt", "f2b.txt"), priority=2)]
+    root = project(tmp_path, stories)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    claude = bin_dir / "claude"
+    claude.write_text(f"#!{sys.executable}\n" + RATE_LIMITED_CLAUDE)
+    claude.chmod(0o755)
+    # max-iterations 2: US-002 needs both; a pause counted as an iteration would block it
+    done = ralph(root, tmp_path, "--ralph-parallel", "2", "--ralph-agent", "claude",
+                 "--ralph-max-iterations", "2",
+                 PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+                 AGENT_DIR=str(tmp_path), RESET_IN="30",
+                 PAUSE_GLOB=str(root / ".pytest_ralph" / "parallel" / "*" / "pause-*.json"))
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "2/2 stories merged and verified" in out
+    runs: dict[tuple[str, int], dict[str, float]] = {}
+    for line in (tmp_path / "agent-runs.txt").read_text().splitlines():
+        sid, n, what, when = line.split()
+        runs.setdefault((sid, int(n)), {})[what] = float(when)
+    assert sorted(runs) == [("US-001", 1), ("US-001", 2), ("US-002", 1), ("US-002", 2)]
+    until = json.loads((tmp_path / "pause-seen.json").read_text())["until"]
+    limited = runs[("US-001", 1)]["end"]
+    assert until - limited >= 25  # the pause A shared: to the stated reset (+1 s)
+    # lane B's first run was under way when A was limited; its next one waited for the end
+    assert runs[("US-002", 1)]["start"] < limited < runs[("US-002", 1)]["end"] < until - 5
+    assert runs[("US-002", 2)]["start"] >= until - 0.5
+    assert runs[("US-001", 2)]["start"] >= until - 1.5  # A waited out its own pause
+    stories_rec = record(root)["stories"]
+    assert stories_rec["US-001"]["iterations"] == 1  # the limited run spent no iteration
+    assert stories_rec["US-002"]["iterations"] == 2  # nor did the wait
+    b_log = Path(stories_rec["US-002"]["log"]).read_text()
+    assert "another lane's agent was rate limited (until the stated reset at" in b_log, b_log
+    assert "another lane's agent was rate limited" not in Path(
+        stories_rec["US-001"]["log"]).read_text()
+
+
 # -- the live view and --ralph-status, from real files ---------------------------------------
+
+
+#: A status line of the live view as drawn: story, phase, elapsed, branch (which may be
+#: cut at the terminal's width).
+STATUS_LINE = re.compile(r"^  lane (US-00[12]) +(iteration 1/3: agent) +(\d+\.\ds)"
+                         r"(?: +ralph/\S*)?$")
+
+
+def test_the_live_view_on_a_real_terminal(tmp_path: Path) -> None:
+    root = project(tmp_path, FOUR[:2])
+    cols = 80
+    code, out = run_in_pty([sys.executable, "-m", "pytest", "--ralph", "--ralph-sandbox", "off",
+                            "--ralph-parallel", "2", "--ralph-agent", agent(tmp_path),
+                            "--ralph-max-iterations", "3"], root,
+                           env(tmp_path, AGENT_SLEEP="6", TERM="xterm", COLUMNS=""),
+                           cols=cols, rows=40)
+    assert code == 0, out
+    # each redraw: both lanes' lines, each no wider than the terminal, with story, phase
+    # and elapsed time
+    frames = [[m.groups() for m in map(STATUS_LINE.match, frame.split("\x1b[K")) if m]
+              for frame in re.split(r"\x1b\[\d+F\x1b\[J", out.replace("\r\n", ""))]
+    drawn = [line for line in out.replace("\x1b[K", "\r\n").split("\r\n")
+             if line.startswith("  lane ")]
+    assert drawn and all(len(line) < cols for line in drawn), drawn[:4]
+    assert any([g[0] for g in f] == ["US-001", "US-002"] for f in frames), out[-3000:]
+    elapsed = sorted(float(g[2][:-1]) for f in frames for g in f if g[0] == "US-001")
+    assert elapsed[0] < elapsed[-1] and elapsed[-1] >= 3.0  # the clock ran
+    # once the run is over, what the terminal shows has no status line left
+    screen = Screen(cols=cols, rows=40)
+    screen.feed(out)
+    shown = screen.text()
+    assert not [line for line in shown if line.startswith("  lane ")], "\n".join(shown)
+    assert any("2/2 stories merged and verified" in line for line in shown), "\n".join(shown)
+    assert any("queue: US-001 merged" in line for line in shown)
 
 
 def test_lane_phase_reads_the_last_heading_and_the_live_record(tmp_path: Path) -> None:
@@ -374,6 +519,27 @@ def test_the_lane_view_redraws_one_line_per_lane_on_a_terminal() -> None:
     plain = io.StringIO()
     LaneView(plain, tty=False).draw(["  lane US-001 baseline"])
     assert plain.getvalue() == ""  # no terminal: the event lines only
+
+
+def test_a_status_line_wider_than_the_terminal_is_cut_so_that_no_row_is_left() -> None:
+    import io
+
+    from pytest_ralph.parallel.lanerecord import LaneView
+
+    wide = ["  lane US-001 " + "x" * 60, "  lane US-002 " + "y" * 60]
+    shown = {}
+    for width in (10_000, 40):  # 10_000: not cut, as before the cut was made
+        out = io.StringIO()
+        view = LaneView(out, tty=True, width=width)
+        view.draw(wide)
+        view.draw(wide)
+        view.say("pytest-ralph: event")
+        view.end()
+        screen = Screen(cols=40, rows=24)
+        screen.feed(out.getvalue().replace("\n", "\r\n"))  # as the terminal driver does
+        shown[width] = screen.text()
+    assert shown[40] == ["pytest-ralph: event"]
+    assert len(shown[10_000]) > 1 and "xxxx" in shown[10_000][0]  # a wrapped row was left
 
 
 def test_status_lines_of_a_stopped_run(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ import yaml
 from pytest_ralph.prd import fastpath as canonical
 from pytest_ralph.prd import load as prd
 from pytest_ralph.prd import validate
+from pytest_ralph.prd.dialects import json_path
 from pytest_ralph.prd.errors import PRDError
 from pytest_ralph.prd.load import load_prd
 from pytest_ralph.prd.model import PRD, Criterion, DeferredLine, Story
@@ -544,6 +545,55 @@ def test_a_misspelt_story_or_top_level_key_is_refused(tmp_path: Path, fmt: str, 
     shown = "in a story" if where == "story" else "at the top level"
     assert f"unknown key {key!r} {shown}; expected the keys" in str(info.value)
     assert f"hint: did you mean {near!r}?" in str(info.value)
+
+
+@pytest.mark.parametrize(("parts", "key", "near", "shown"), [
+    (S0, "acceptanceCriterias", "acceptanceCriteria", "in a story"),
+    (S0, "prority", "priority", "in a story"),
+    (S0, "Title", "title", "in a story"),
+    ((), "branch_name", "branchName", "at the top level"),
+    ((), "projct", "project", "at the top level"),
+    ((*C0, 6), "contians", "contains", "for 'file' criteria"),
+    ((*C0, 1), "timout", "timeout", "for 'run' criteria")])
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_a_misspelt_key_next_to_the_right_one_is_refused(
+        tmp_path: Path, fmt: str, parts: tuple[Any, ...], key: str, near: str,
+        shown: str) -> None:
+    """``{"acceptanceCriterias": ["x"], "acceptanceCriteria": ["y"]}`` collected only ``y``:
+    the misspelt key's value was dropped without a word because the right key was there
+    too. Refused like a misspelt key alone, naming the key beside it, in JSON and YAML, on
+    both paths (the fast path hands the file to the full one)."""
+    data = copy.deepcopy(BASE)
+    target: Any = data
+    for part in parts:
+        target = target[part]
+    assert near in target
+    target[key] = ["x"] if near == "acceptanceCriteria" else 2 if near == "priority" else "x"
+    path = _write(tmp_path, data, fmt)
+    assert not _fast(path)
+    with pytest.raises(PRDError) as info:
+        load_prd(path)
+    (problem,) = info.value.problems
+    assert problem.json_path == json_path((*parts, key))
+    assert problem.message.startswith(f"unknown key {key!r} next to {near!r} {shown}; "
+                                      "expected the keys ")
+    assert problem.hint == (f"did you mean {near!r}? remove or rename it (only {near!r} is "
+                            "read; this key's value is ignored)")
+    assert problem.line is not None
+    assert f"prd.{fmt}:{problem.line}:" in str(info.value)
+    del target[key]  # without the misspelt key the same file loads
+    load_prd(_write(tmp_path, data, fmt))
+
+
+def test_dialect_keys_next_to_the_canonical_ones_are_not_misspellings(tmp_path: Path) -> None:
+    """``depends_on`` beside ``dependsOn`` (both read by the dialect rules, which refuse
+    them only when their lists differ) and a key of one's own beside a canonical one are
+    no misspelling."""
+    data = copy.deepcopy(BASE)
+    data["userStories"][0].update(dependsOn=["US-002"], depends_on=["US-002"],
+                                  priorityReason="first", notesForQA="x")
+    story = load_prd(_write(tmp_path, data, "json")).stories[0]
+    assert story.depends_on == ("US-002",)
 
 
 def test_keys_of_ones_own_on_stories_are_kept(tmp_path: Path) -> None:

@@ -302,6 +302,31 @@ def test_story_verdicts() -> None:
                                        "US-004": False}
 
 
+def test_strict_verdicts_leave_refused_claims_alone() -> None:
+    """Under --ralph-strict every claimed criterion fails: a story that fails only on those
+    gets no verdict (its ``passes`` stays as the user set it); one with a failing check is
+    ``False``; one whose every criterion passed is ``True``. Without strict, as before."""
+    results = CheckResults((
+        _r("US-001", "AC1", "failed", claimed=True), _r("US-001", "AC2", "failed", claimed=True),
+        _r("US-002", "AC1", "passed"), _r("US-002", "AC2", "failed", claimed=True),
+        _r("US-003", "AC1", "failed"), _r("US-003", "AC2", "failed", claimed=True),
+        _r("US-004", "AC1", "passed"),
+    ))
+    assert story_verdicts(results, strict=True) == {"US-003": False, "US-004": True}
+    assert story_verdicts(results) == {"US-001": False, "US-002": False, "US-003": False,
+                                       "US-004": True}
+    assert story_notes(results, strict=True) == {
+        "US-001": "pytest-ralph: 0/2 criteria pass (2 claims refused by --ralph-strict; passes "
+                  "left as written); failing: AC1, AC2",
+        "US-002": "pytest-ralph: 1/2 criteria pass (1 claim refused by --ralph-strict; passes "
+                  "left as written); failing: AC2",
+        "US-003": "pytest-ralph: 0/2 criteria pass (1 claim refused by --ralph-strict); "
+                  "failing: AC1, AC2",
+        "US-004": "pytest-ralph: the 1 criterion passes",
+    }
+    assert story_notes(results)["US-001"] == "pytest-ralph: 0/2 criteria pass; failing: AC1, AC2"
+
+
 def test_story_verdicts_of_nothing() -> None:
     assert story_verdicts(CheckResults(())) == {}
 
@@ -681,6 +706,79 @@ def test_the_loop_writes_notes_into_the_prd(pytester: pytest.Pytester,
         "pytest-ralph: the 1 criterion passes (1 claimed, not verified)"]
     assert [s["passes"] for s in stories] == [False, True]
     assert not (pytester.path / ".pytest_ralph" / "passes.json").exists()
+
+
+STRICT_PRD = """{
+  "project": "Claims",
+  "userStories": [
+    {"id": "US-001", "title": "Claimed and done", "acceptanceCriteria": ["Typecheck passes",
+      "Verify in browser"], "priority": 1,
+     "passes": true, "notes": "done by Ana"},
+    {"id": "US-002", "title": "Claimed, not done", "acceptanceCriteria": ["It feels fast"],
+     "priority": 2,
+     "passes": false, "notes": ""},
+    {"id": "US-003", "title": "Checked", "acceptanceCriteria": [
+      {"text": "a.txt exists", "run": "test -f a.txt"}], "priority": 3,
+     "passes": false, "notes": ""},
+    {"id": "US-004", "title": "Checked and claimed", "acceptanceCriteria": [
+      {"text": "never.txt exists", "run": "test -f never.txt"}, "Docs written"], "priority": 4,
+     "passes": true, "notes": ""},
+    {"id": "US-005", "title": "No claim at all", "acceptanceCriteria": ["Looks right"],
+     "priority": 5}
+  ]
+}
+"""
+
+
+def test_strict_loop_leaves_the_users_claims_as_written(pytester: pytest.Pytester) -> None:
+    """``pytest --ralph --ralph-strict`` used to write ``"passes": false`` into every story
+    (each claimed criterion fails under strict mode), wiping the user's claims. Now a story
+    no check found wrong keeps its claim byte for byte (US-001's ``true``, US-002's
+    ``false``, US-005 gets no ``passes`` inserted); one that truly passed is written
+    ``true`` (US-003, once the agent made ``a.txt``), one with a failing check ``false``
+    (US-004); the loop's note and the report say why the claimed criteria failed."""
+    path = pytester.path / "prd.json"
+    path.write_text(STRICT_PRD, encoding="utf-8")
+    agent = f"{PY} -c \"open('a.txt', 'w').write('x')\""
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", agent, "--ralph-strict",
+                                           "--ralph-max-iterations", "2")
+    out = result.stdout.str()
+    assert result.ret == 1, out
+    assert "limit (exit 1) after 2 iterations" in out
+    after = path.read_text(encoding="utf-8")
+    before_lines, after_lines = STRICT_PRD.splitlines(), after.splitlines()
+    assert len(after_lines) == len(before_lines)
+    changed = {i: (b, a) for i, (b, a) in enumerate(zip(before_lines, after_lines, strict=True))
+               if b != a}
+    # Every other line is byte for byte as written; in the changed ones, US-001's and US-002's
+    # claims are as written and only the loop's note was added.
+    assert sorted(changed) == [5, 8, 11, 14, 15]
+    assert changed[5][1] == ('     "passes": true, "notes": "done by Ana\\npytest-ralph: 0/2 '
+                             'criteria pass (2 claims refused by --ralph-strict; passes left as '
+                             'written); failing: AC1, AC2"},')
+    assert changed[8][1] == ('     "passes": false, "notes": "pytest-ralph: 0/1 criteria pass '
+                             '(1 claim refused by --ralph-strict; passes left as written); '
+                             'failing: AC1"},')
+    assert changed[11][1] == ('     "passes": true, "notes": "pytest-ralph: the 1 criterion '
+                              'passes"},')
+    assert changed[14][1].startswith('     "passes": false, "notes": "pytest-ralph: 0/2 '
+                                     'criteria pass (1 claim refused by --ralph-strict); ')
+    # US-005 has no passes to keep and none is added: only the note, after its id literal.
+    assert changed[15][1] == ('    {"id": "US-005", "notes": "pytest-ralph: 0/1 criteria pass '
+                              '(1 claim refused by --ralph-strict; passes left as written); '
+                              'failing: AC1", "title": "No claim at all", '
+                              '"acceptanceCriteria": ["Looks right"],')
+    stories = {s["id"]: s for s in json.loads(after)["userStories"]}
+    assert {k: s.get("passes") for k, s in stories.items()} == {
+        "US-001": True, "US-002": False, "US-003": True, "US-004": False, "US-005": None}
+    (report,) = (pytester.path / ".pytest_ralph" / "reports").glob("ralph-*.md")
+    text = report.read_text(encoding="utf-8")
+    section = text[text.index("## Claims refused (--ralph-strict)"):]
+    assert "write-back left each story's claim as it was written" in section
+    assert "- US-001::AC1: Typecheck passes (the story's `passes` says done)" in section
+    assert "- US-002::AC1: It feels fast (the story's `passes` does not say done)" in section
+    assert "- US-004::AC2: Docs written" in section
+    assert "US-003" not in section.split("\n## ")[0]
 
 
 # -- dialects --------------------------------------------------------------------------------

@@ -120,3 +120,6 @@ def test_claimed_stories_strict_blocks_every_story(tmp_path: Path) -> None:
     assert "--ralph-strict refuses claims" in next(
         (work / ".pytest_ralph" / "runs").glob("*/iteration-003")).joinpath(
             "prompt.md").read_text()
+    # Write-back did not wipe the claims the agent made (it set them all to false before).
+    assert [s["passes"] for s in json.loads((work / "prd.json").read_text())["userStories"]] \
+        == [True, True, True]

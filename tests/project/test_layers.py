@@ -159,3 +159,44 @@ def test_importing_a_module_outside_the_pytest_layer_leaves_pytest_out(module: s
                           timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+# -- no private name crosses a module of parallel/ ----------------------------------------------
+
+def _private_imports(folder: Path) -> list[str]:
+    """``path:line: module.name`` for each private name (``_x``, not ``__x__``) that a module of
+    ``folder`` takes from another module: ``from .m import _x``, or ``m._x`` of a module bound by
+    ``from . import m`` / ``import pytest_ralph.m as m``."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        tree = ast.parse(path.read_text("utf-8"))
+        modules: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    if node.module is None or alias.name[:1].islower():  # from . import m
+                        modules.add(alias.asname or alias.name)
+                    if alias.name.startswith("_") and not alias.name.endswith("__"):
+                        found.append(f"{path.name}:{node.lineno}: {node.module}.{alias.name}")
+            elif isinstance(node, ast.Import):
+                modules.update(a.asname for a in node.names if a.asname)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                    node.value.id in modules and node.attr.startswith("_") and \
+                    not node.attr.endswith("__"):
+                found.append(f"{path.name}:{node.lineno}: {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_of_parallel_uses_a_private_name_of_another() -> None:
+    """What the lanes, the queue and the scheduler share is public and documented
+    (``parallel/gitcmd.py``: git as they run it)."""
+    assert _private_imports(PACKAGE / "parallel") == []
+
+
+def test_the_private_name_check_finds_both_forms(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("from .worktrees import _git, lane_key\n"
+                                   "from . import plan\n"
+                                   "plan._waves(1)\nplan.waves(1)\nx = plan.__doc__\n",
+                                   encoding="utf-8")
+    assert _private_imports(tmp_path) == ["a.py:1: worktrees._git", "a.py:3: plan._waves"]

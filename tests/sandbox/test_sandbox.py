@@ -233,6 +233,56 @@ print(json.dumps({"changed": changed, "mine": open(os.path.join(home, "mine.txt"
     assert (home / "mine.txt").read_text() == "the user's"
 
 
+WRITES = """
+import json, os
+out = {}
+for path in PATHS:
+    try:
+        open(path, "w").write("x")
+        out[path] = "written"
+    except OSError as exc:
+        out[path] = exc.strerror
+print(json.dumps(out))
+"""
+
+
+def test_a_writable_folder_inside_an_enclosing_read_only_one_stays_writable(
+        outside: Path) -> None:
+    """The merge queue's integration worktree lives in the state folder, read-only to the gate
+    (:attr:`Confinement.enclosing`); a read-only path inside it (the PRD) stays read-only, and
+    an enclosing path that is also writable is writable."""
+    state = outside / "state"
+    tree = state / "lanes" / "run" / "integration"
+    tree.mkdir(parents=True)
+    other = outside / "writable-too"
+    other.mkdir()
+    (tree / "prd.json").write_text("{}")
+    paths = [str(state / "forged.txt"), str(tree / "built.txt"), str(tree / "prd.json"),
+             str(other / "x.txt")]
+    seen = _inside(Confinement(chdir=tree, writable=(tree, other),
+                               readonly=(tree / "prd.json",), enclosing=(state, other)),
+                   WRITES.replace("PATHS", repr(paths), 1))
+    assert seen == {paths[0]: "Read-only file system", paths[1]: "written",
+                    paths[2]: "Read-only file system", paths[3]: "written"}
+    assert not (state / "forged.txt").exists() and (tree / "prd.json").read_text() == "{}"
+
+
+def test_a_check_phase_in_the_state_folder_gets_it_read_only_around_it(
+        outside: Path) -> None:
+    state = outside / ".pytest_ralph"
+    tree = state / "lanes" / "run" / "integration"
+    tree.mkdir(parents=True)
+    results = outside / "results"
+    results.mkdir()
+    made = check_confinement(probe("required"), project=tree, state_dir=state, results=results,
+                             judges=(tree / "prd.json",), pycache=None, around=(outside,))
+    assert made.enclosing == (outside, state)
+    assert state not in made.readonly
+    plain = check_confinement(probe("required"), project=outside, state_dir=state,
+                              results=results, judges=(), pycache=None)
+    assert plain.enclosing == () and plain.readonly[0] == state
+
+
 def test_an_xauthority_file_cannot_be_read_inside(monkeypatch: pytest.MonkeyPatch,
                                                   outside: Path) -> None:
     # The X11 cookie would let a program type into the user's terminal.
