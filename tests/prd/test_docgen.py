@@ -120,7 +120,7 @@ def test_the_index_links_every_page_it_should() -> None:
     ``tests/project/test_docs.py::test_every_link_leads_somewhere``."""
     index = (DOCS / "index.md").read_text(encoding="utf-8")
     links = re.findall(r"\]\(([^)\s]+)\)", index)
-    assert len(links) == 10
-    for page in ("quickstart.md", "prd-format.md", "ci.md", "hooks.md", "fixtures.md",
-                 "architecture.md"):
+    assert len(links) == 14
+    for page in ("quickstart.md", "gate.md", "prd-format.md", "ci.md", "hooks.md", "fixtures.md",
+                 "testing.md", "examples.md", "development.md", "architecture.md"):
         assert page in links, page

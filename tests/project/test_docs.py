@@ -113,6 +113,48 @@ def test_every_link_leads_somewhere(page: str) -> None:
             assert anchor in {_anchor(h) for h in headings}, f"{page}: {link}"
 
 
+README = DOCS.parent / "README.md"
+
+
+def test_the_readme_is_short() -> None:
+    """The README introduces; the reference lives in docs/ (issue 25). Words are counted as
+    ``str.split`` counts them, code blocks included."""
+    words = len(README.read_text(encoding="utf-8").split())
+    assert words < 1500, f"README.md has {words} words; move reference detail into docs/"
+
+
+def test_the_readme_links_the_quickstart_and_the_index() -> None:
+    links = set(re.findall(r"\]\(([^)\s]+)\)", _prose(README)))
+    assert {"docs/quickstart.md", "docs/index.md"} <= links
+
+
+def test_every_readme_link_leads_somewhere() -> None:
+    """Each relative link of the README (to docs/, examples/, their anchors) resolves."""
+    links = re.findall(r"\]\(([^)\s]+)\)", _prose(README))
+    assert any(link.startswith("docs/") for link in links)
+    for link in links:
+        if link.startswith(("http://", "https://", "mailto:")):
+            continue
+        target, _, anchor = link.partition("#")
+        path = (README.parent / target).resolve() if target else README
+        assert path.exists(), f"README.md: {link}"
+        if anchor:
+            headings = [line.lstrip("#") for line in _prose(path).splitlines()
+                        if re.match(r"#{1,6} ", line)]
+            assert anchor in {_anchor(h) for h in headings}, f"README.md: {link}"
+
+
+def test_the_readme_keeps_the_command_ci_runs() -> None:
+    """``.ci/run`` runs the README's second set-up command verbatim."""
+    commands = re.findall(r"^```sh\n(.*?)^```", README.read_text(encoding="utf-8"),
+                          flags=re.M | re.S)
+    ci = (DOCS.parent / ".ci" / "run").read_text(encoding="utf-8")
+    second = 'python3 -m venv .venv && . .venv/bin/activate && pip install -e ".[test]" && ' \
+             "python -m pytest -n 2"
+    assert any(block.strip() == second for block in commands)
+    assert second in ci.splitlines()
+
+
 def _presets_table() -> dict[str, dict[str, str]]:
     """The presets table of docs/loop.md ("### Presets"): preset name -> column -> cell."""
     text = (DOCS / "loop.md").read_text(encoding="utf-8")

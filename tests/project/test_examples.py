@@ -70,35 +70,19 @@ def test_fix_until_green_needs_the_failures_in_the_prompt(fix_until_green: Path)
 
 
 CLAIMED_AGENT = EXAMPLES / "claimed-stories" / "agent.py"
-
-
-def _text_only_prd() -> dict[str, object]:
-    """A PRD in the reference format with text criteria only (our own fixture)."""
-    stories = []
-    for i, (title, crits) in enumerate([
-            ("Store the setting", ["Column added with a default", "Typecheck passes"]),
-            ("Show the setting", ["Badge visible on each card", "Typecheck passes",
-                                  "Verify in browser"]),
-            ("Edit the setting", ["Dropdown in the edit dialog", "Typecheck passes"])], start=1):
-        stories.append({"id": f"US-00{i}", "title": title, "description": title,
-                        "acceptanceCriteria": crits, "priority": 4 - i, "passes": False,
-                        "notes": ""})
-    return {"project": "Claims", "branchName": "ralph/claims", "description": "d",
-            "userStories": stories}
+#: The example's own PRD: 3 stories, 7 text criteria, none claimed yet.
+CLAIMED_PRD = EXAMPLES / "claimed-stories" / "prd.json"
 
 
 def _claimed_project(tmp_path: Path, source: Path | None) -> Path:
     work = tmp_path / "claimed"
     work.mkdir()
-    if source is None:
-        (work / "prd.json").write_text(json.dumps(_text_only_prd(), indent=2))
-    else:
-        shutil.copyfile(source, work / "prd.json")
+    shutil.copyfile(CLAIMED_PRD if source is None else source, work / "prd.json")
     shutil.copyfile(CLAIMED_AGENT, work / "agent.py")
     return work
 
 
-@pytest.mark.parametrize("source", ["fixture", "corpus"])
+@pytest.mark.parametrize("source", ["shipped", "corpus"])
 def test_claimed_stories_complete_one_per_iteration(tmp_path: Path, source: str) -> None:
     if source == "corpus" and not CORPUS_SNARKTANK.is_file():
         pytest.skip("../shared/corpus is not beside this checkout")

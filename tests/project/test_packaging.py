@@ -47,10 +47,22 @@ def test_wheel_ships_templates_schema_and_entry_point(tmp_path: Path) -> None:
         names = set(zf.namelist())
         entry_points = next(zf.read(n).decode() for n in names
                             if n.endswith(".dist-info/entry_points.txt"))
+        metadata = next(zf.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
         zf.extractall(tmp_path / "site")
     assert {"pytest_ralph/templates/prompt.md", "pytest_ralph/prd/schema.json",
             "pytest_ralph/py.typed"} <= names
     assert "[pytest11]\nralph = pytest_ralph.plugin" in entry_points
+    # What PyPI shows: the classifiers, the project's addresses, the license and the README.
+    head, _, body = metadata.partition("\n\n")
+    for line in ("Classifier: Framework :: Pytest", "Classifier: Typing :: Typed",
+                 "Classifier: Programming Language :: Python :: 3.10", "License-Expression: MIT",
+                 "License-File: LICENSE", "Description-Content-Type: text/markdown"):
+        assert line in head.splitlines(), line
+    assert {"Homepage", "Documentation", "Repository", "Issues", "Changelog"} == {
+        line.split(": ", 1)[1].split(",")[0] for line in head.splitlines()
+        if line.startswith("Project-URL: ")}
+    assert body.strip() == (ROOT / "README.md").read_text(encoding="utf-8").strip()
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     template, module = probe(tmp_path / "site")
     assert module == tmp_path / "site" / "pytest_ralph" / "loop" / "prompt.py"
     assert template == tmp_path / "site" / "pytest_ralph" / "templates" / "prompt.md"
