@@ -60,6 +60,20 @@ def status(state_root: Path, *, now: _dt.datetime | None = None) -> tuple[int, s
         return 0, "\n".join(lines)
 
 
+def has_loop_runs(state_root: Path) -> bool:
+    """Whether the run history of ``state_root`` holds a run of a ``pytest --ralph`` loop
+    (not only the lanes of a parallel run, which ``--ralph-status`` shows with the parallel
+    run); ``True`` when it cannot be read, so that :func:`status` says why."""
+    try:
+        history = History.open(state_root / DB_NAME, readonly=True)
+    except NoHistory:
+        return False
+    except HistoryError:
+        return True
+    with history:
+        return history.last_run() is not None
+
+
 def _live(folder: Path, now: _dt.datetime) -> list[str]:
     """The ``live:`` line of a running run, from the live-state record in its ``folder``
     (:func:`pytest_ralph.loop.live.read_live`): the phase running and for how long (up to

@@ -231,7 +231,8 @@ def history_cost(state: Path) -> float:
 
 def status_lines(state_dir: Path) -> list[str]:
     """``--ralph-status``'s lines of the current or last parallel run: one per story (phase,
-    attempt, iterations, branch), or none when the state folder has no parallel run."""
+    attempt, iterations, branch), each followed by the lane runs the run history holds of it
+    (:func:`_recorded`), or none when the state folder has no parallel run."""
     rec = Record.load(Path(state_dir) / RECORD)
     if rec is None:
         return []
@@ -240,6 +241,7 @@ def status_lines(state_dir: Path) -> list[str]:
            "stopped (the same command resumes it)")
     lines = [f"parallel run {rec.run_id} ({how}), from {rec.branch or 'detached HEAD'} at "
              f"{rec.base[:12]}:"]
+    recorded = _recorded(Path(state_dir), rec.run_id)
     for sid, st in rec.stories.items():
         phase, n = st["phase"], st.get("iterations", 0)
         if phase == "running" and st.get("log"):
@@ -249,7 +251,32 @@ def status_lines(state_dir: Path) -> list[str]:
         lines.append(f"  {sid}: {phase}, attempt {st['attempt']}, {n} iteration(s)"
                      + (f", branch {st['branch']}" if st.get("branch") else "")
                      + (f" ({st['why']})" if st.get("why") else ""))
+        lines += recorded.get(sid, [])
     return lines
+
+
+def _recorded(state_dir: Path, run_id: str) -> dict[str, list[str]]:
+    """What the run history (``<state>/ralph.db``) holds of the lanes of ``run_id``: story ->
+    one line per lane run copied in (attempt, run id, status, iterations); ``{}`` when there
+    is no history or it cannot be read (``--ralph-status`` says so for the loop's runs)."""
+    from ..state.history import History
+    from ..state.records import HistoryError
+
+    try:
+        history = History.open(state_dir / DB_NAME, readonly=True)
+    except HistoryError:
+        return {}
+    out: dict[str, list[str]] = {}
+    with history:
+        try:
+            lanes = history.lanes(run_id)
+        except sqlite3.Error:
+            return {}
+        for lane in lanes:
+            out.setdefault(lane.story, []).append(
+                f"    in {DB_NAME}: attempt {lane.attempt}, run {lane.run_id} ({lane.status}), "
+                f"{lane.iterations} iteration(s)")
+    return out
 
 
 def _pid_alive(pid: int) -> bool:

@@ -6,9 +6,12 @@ pytest --ralph --ralph-story ID`` started in the lane's worktree, in a process g
 own, with a state folder of its own outside the worktree
 (``<state>/parallel/<run>/<key>.<attempt>.state``, its console output beside it in
 ``<key>.<attempt>.log``; both kept when the lanes' worktrees are gone): the same loop
-engine, its own iteration count, streak, agent log and run history. The controller
-(:class:`Scheduler`):
+engine, its own iteration count, streak, agent log and run history, which the controller
+copies into the user's ``<state>/ralph.db`` (:mod:`pytest_ralph.parallel.runhistory`). The
+controller (:class:`Scheduler`):
 
+0. takes the state folder's lock, the one a single ``pytest --ralph`` loop takes: a second
+   controller of the same folder, or a loop, is refused (exit 4) before it touches the run;
 1. refuses what a parallel run cannot work on (:class:`ParallelUsageError`, exit 4): not a
    git repository, uncommitted changes, a dependency cycle or unknown id in ``dependsOn``;
 2. takes the stories :func:`pytest_ralph.parallel.plan.ready` says may start, in priority
@@ -72,6 +75,7 @@ from .lanerecord import (
     stop_group,
 )
 from .names import BRANCH_PREFIX, INTEGRATION, lane_key
+from .runhistory import RunHistory
 from .worktrees import (
     Lane,
     ParallelUsageError,
@@ -213,6 +217,15 @@ def _new_run_id() -> str:
 
 
 
+def cost_spent(record: Record | None) -> float:
+    """US dollars the agent runs of ``record``'s lanes have cost so far (their histories
+    say); 0 without a record."""
+    if record is None:
+        return 0.0
+    return sum(history_cost(Path(state)) for st in record.stories.values()
+               for state in st.get("states", []))
+
+
 class Scheduler:
     """One parallel run (see the module's docstring).
 
@@ -234,6 +247,7 @@ class Scheduler:
         self._stopping = False
         self.queue: Queue | None = None
         self._base_checked = False
+        self.history: RunHistory | None = None
 
     # -- set-up ------------------------------------------------------------------------
 
@@ -300,14 +314,29 @@ class Scheduler:
         """Run every story to merged or blocked; return the exit code (0 only when every
         story is merged and verified; 2 after Ctrl-C, SIGTERM or a cancel; 4 for a usage
         error, printed)."""
-        try:
-            repo, prd = self.prepare()
-        except ParallelUsageError as exc:
-            self.view.say(f"pytest-ralph: {exc}")
-            return EXIT_USAGE
-        self.repo, self.prd = repo, prd
+        held = RunHistory(self.o.state_dir, self.view.say)
+        with contextlib.ExitStack() as stack:
+            try:  # one controller or loop at a time on the state folder (see runhistory),
+                # asked first: a loop that runs is why the tree may have changes
+                stack.enter_context(held.hold(f"the controller of a parallel run "
+                                              f"(--ralph-parallel {self.o.parallel})"))
+                repo, prd = self.prepare()
+            except ParallelUsageError as exc:
+                self.view.say(f"pytest-ralph: {exc}")
+                return EXIT_USAGE
+            self.repo, self.prd = repo, prd
+            self.history = held
+            try:
+                return self._run(repo, prd)
+            finally:
+                self.history = None
+
+    def _run(self, repo: Repo, prd: PRD) -> int:
+        """The run, with the state folder's lock held and the run history open."""
         rec = self.record = self._open(repo, prd)
         self._save()
+        assert self.history is not None
+        self.history.start(rec)
         queue = self.queue = self.queue_factory(repo, rec.run_id, rec.base)
         self.view.say(f"pytest-ralph: parallel run {rec.run_id}: "
                       f"{len(prd.stories)} stories, up to {self.o.parallel} lanes at once, "
@@ -328,6 +357,8 @@ class Scheduler:
             self.view.say(f"pytest-ralph: {why}: every lane's processes were stopped; their "
                           "runs and worktrees are kept; the same command resumes the run")
             self._save()
+            assert self.history is not None
+            self.history.end(rec, "interrupted")
             return EXIT_INTERRUPTED
         self.view.end()
         return self._finish(repo, prd, queue)
@@ -379,15 +410,6 @@ class Scheduler:
         if self.o.budget is None:
             return None
         return self.o.budget - (time.time() - self.record.started)
-
-    def _cost_spent(self) -> float:
-        """US dollars the lanes' agent runs have cost so far (their histories say)."""
-        assert self.record is not None
-        total = 0.0
-        for st in self.record.stories.values():
-            for state in st.get("states", []):
-                total += history_cost(Path(state))
-        return total
 
     def _start(self, story: Story, repo: Repo, resume: bool = False) -> None:
         """Start (or with ``resume``, start again) the lane of ``story``."""
@@ -447,7 +469,8 @@ class Scheduler:
         if left is not None:
             argv += ["--ralph-budget", f"{max(left, 1.0):.0f}"]
         if self.o.max_cost is not None:
-            argv += ["--ralph-max-cost", f"{max(self.o.max_cost - self._cost_spent(), 0.0001):.4f}"]
+            left_cost = max(self.o.max_cost - cost_spent(self.record), 0.0001)
+            argv += ["--ralph-max-cost", f"{left_cost:.4f}"]
         return argv
 
     def _inifile(self, lane: Lane) -> list[str]:
@@ -497,6 +520,8 @@ class Scheduler:
         if lane_run.log_file is not None:
             lane_run.log_file.close()
         st = rec.stories[sid]
+        if self.history is not None:
+            self.history.copy(rec, sid, lane_run.state)
         _, n = lane_phase(lane_run.log)
         st["iterations"] = st.get("iterations", 0) + n
         took = time.time() - lane_run.started
@@ -643,6 +668,8 @@ class Scheduler:
         ok = all_merged and forwarded
         rec.result = "complete" if ok else "incomplete"
         self._save()
+        if self.history is not None:
+            self.history.end(rec, rec.result)
         report = self._write_report(prd, fin_text, kept)
         self.view.say(f"pytest-ralph: parallel run {rec.run_id}: {len(merged)}/"
                       f"{len(rec.stories)} stories merged and verified"

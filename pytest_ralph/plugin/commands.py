@@ -237,15 +237,14 @@ def command(config: pytest.Config, flag: str) -> tuple[int, str]:
 
         return doctor(config.rootpath)
     from ..commands.cancel import cancel
-    from ..commands.status import status
+    from ..commands.status import has_loop_runs, status
     from ..parallel.lanerecord import cancel_parallel, status_lines
-    from ..state.folder import DB_NAME
 
     if flag == "--ralph-cancel":
         said = cancel_parallel(settings.dir)
         return (0, said) if said is not None else cancel(settings.dir)
     lanes = status_lines(settings.dir)
-    if lanes and not (settings.dir / DB_NAME).exists():  # the lanes' runs only
+    if lanes and not has_loop_runs(settings.dir):  # a parallel run's only
         return 0, "\n".join(lanes)
     code, text = status(settings.dir)
     return (code, "\n".join([text, *lanes])) if lanes else (code, text)

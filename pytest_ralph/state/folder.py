@@ -190,9 +190,17 @@ class StateDir:
         cut = text[-max_chars:]
         return "...\n" + cut[cut.find("\n") + 1:]
 
-    def lock(self) -> IO[str]:
+    def lock(self, what: str = "") -> IO[str]:
         """Take the folder's loop lock (file ``lock``; an OS file lock, so it is released even
         when the process dies). Close the returned file to release it.
+
+        The lock is the same for every process that works on the folder: a ``pytest --ralph``
+        loop, the controller of a ``--ralph-parallel`` run (``what``: ``"the controller of
+        parallel run <id>"``), a Claude Code Stop hook's driver; one of them at a time.
+
+        Args:
+            what: who holds it, written in the lock file after the pid and start time (and so
+                shown to whoever is refused), or ``""``.
 
         Raises:
             LockedError: another loop holds it; the message names its pid and start time.
@@ -212,15 +220,15 @@ class StateDir:
             holder = _holder_text(f)
             f.close()
             raise LockedError(f"another `pytest --ralph` loop is running with the state folder "
-                              f"{self.root} ({holder}); wait for it to end or stop it, or set "
-                              "ralph_dir to another folder")
+                              f"{self.root} ({holder}); wait for it to end or stop it "
+                              "(`pytest --ralph-cancel`), or set ralph_dir to another folder")
         f.seek(0)
         previous = f.read().strip()
         self.stale_lock = previous if previous.startswith("pid ") else ""
         started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         f.seek(0)
         f.truncate()
-        f.write(f"pid {os.getpid()}, started {started}\n")
+        f.write(f"pid {os.getpid()}, started {started}" + (f", {what}" if what else "") + "\n")
         f.flush()
         return f
 

@@ -22,7 +22,9 @@ moved aside) in :mod:`pytest_ralph.state.opening`, the records read back in
 :mod:`pytest_ralph.state.records`. :class:`History` is built from
 :class:`pytest_ralph.state.store.Store` (the connection and its transactions) and the
 methods of the tables of iterations (:mod:`pytest_ralph.state.iterations`) and of driven
-runs (:mod:`pytest_ralph.state.drivers`).
+runs (:mod:`pytest_ralph.state.drivers`) and of parallel runs and their lanes
+(:mod:`pytest_ralph.state.lanes`: the one writer of this history is the parallel controller
+then, which copies each lane's own run in).
 
 This module does not import pytest.
 """
@@ -40,12 +42,13 @@ from ..util.redact import Redactor
 from ..util.text import now as _now
 from .drivers import DriversMixin
 from .iterations import IterationsMixin
+from .lanes import LanesMixin
 from .opening import open_database
 from .records import RUN_STATUSES, StoredEvent, StoredRun, from_iso, iso, stored_run, to_json
 from .schema import RUN_COLUMNS
 
 
-class History(IterationsMixin, DriversMixin):
+class History(IterationsMixin, DriversMixin, LanesMixin):
     """An open run history. Get one with :meth:`History.open`; close it with :meth:`close`
     or a ``with`` block. Not shared between threads.
 
@@ -323,7 +326,8 @@ class History(IterationsMixin, DriversMixin):
                              hostname: str | None = None) -> list[str]:
         """Turn every ``running`` run of this host whose process is gone into ``crashed``.
         Driven runs (a row in ``drivers``) have no process between two Stops and are left
-        alone.
+        alone, and so are the copies of a parallel run's lanes' runs (their own histories
+        say how they ended; the parallel controller copies them in again).
 
         Runs of other hosts are left alone (their pids mean nothing here). A run without
         a pid is taken as dead. The caller that holds the state-folder lock knows no other
@@ -343,9 +347,11 @@ class History(IterationsMixin, DriversMixin):
         host = socket.gethostname() if hostname is None else hostname
         marked: list[str] = []
         with self._write() as conn:
+            lanes = self.without_lanes()
             rows = conn.execute("SELECT id, pid FROM runs WHERE status = 'running' AND "
                                 "hostname = ? AND id NOT IN (SELECT run_id FROM drivers) "
-                                "ORDER BY started, id", (host,)).fetchall()
+                                + (f"AND {lanes}" if lanes else "")
+                                + "ORDER BY started, id", (host,)).fetchall()
             now = iso(_now())
             for run_id, pid in rows:
                 if pid is not None and is_alive(int(pid)):
@@ -361,13 +367,18 @@ class History(IterationsMixin, DriversMixin):
     # -- reading -----------------------------------------------------------------------------
 
     def last_run(self, prd: Path | None = None) -> StoredRun | None:
-        """The run started last (of ``prd``, if given), or ``None`` if there is none."""
+        """The run started last (of ``prd``, if given), or ``None`` if there is none. The
+        runs of a parallel run's lanes (:meth:`lanes`) are left out: they are not this
+        folder's loop's, and each belongs to a worktree of its own."""
+        lanes = self.without_lanes()
         if prd is None:
             row = self._conn.execute(f"SELECT {RUN_COLUMNS} FROM runs "
-                                     "ORDER BY started DESC, id DESC LIMIT 1").fetchone()
+                                     + (f"WHERE {lanes}" if lanes else "")
+                                     + "ORDER BY started DESC, id DESC LIMIT 1").fetchone()
         else:
             row = self._conn.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE prd = ? "
-                                     "ORDER BY started DESC, id DESC LIMIT 1",
+                                     + (f"AND {lanes}" if lanes else "")
+                                     + "ORDER BY started DESC, id DESC LIMIT 1",
                                      (str(prd),)).fetchone()
         return None if row is None else stored_run(row)
 
@@ -378,9 +389,13 @@ class History(IterationsMixin, DriversMixin):
         return None if row is None else stored_run(row)
 
     def runs(self, limit: int = 20) -> list[StoredRun]:
-        """The last ``limit`` runs, newest first."""
+        """The last ``limit`` runs, newest first, the lanes' runs left out (see
+        :meth:`last_run`)."""
+        lanes = self.without_lanes()
         rows = self._conn.execute(f"SELECT {RUN_COLUMNS} FROM runs "
-                                  "ORDER BY started DESC, id DESC LIMIT ?", (limit,)).fetchall()
+                                  + (f"WHERE {lanes}" if lanes else "")
+                                  + "ORDER BY started DESC, id DESC LIMIT ?",
+                                  (limit,)).fetchall()
         return [stored_run(r) for r in rows]
 
     def events(self, run_id: str) -> list[StoredEvent]:

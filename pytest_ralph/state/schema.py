@@ -2,7 +2,7 @@
 version by version, the column lists the reads select, and the schema version a file
 holds.
 
-Schema (version 3; ``STRICT`` tables when the runtime SQLite is 3.37 or newer; every time
+Schema (version 4; ``STRICT`` tables when the runtime SQLite is 3.37 or newer; every time
 is ISO 8601 UTC text such as ``2026-11-29T23:57:28.834000+00:00``, every duration is
 seconds, every ``JSON`` column is JSON text)::
 
@@ -53,6 +53,20 @@ seconds, every ``JSON`` column is JSON text)::
          turn_started TEXT NULL,                    -- when the last block was answered
          tree TEXT)                                 -- git tree id at that time ('' unknown)
     -- a driven run keeps status 'running' with no pid between two Stops
+    parallel_runs(id TEXT PRIMARY KEY,              -- v4: a `--ralph-parallel N` run
+         prd TEXT, base TEXT,                       -- the commit its lanes started from
+         branch TEXT,                               -- the user's branch ('' detached)
+         status TEXT CHECK IN ('running', 'complete', 'incomplete', 'interrupted'),
+         started TEXT, finished TEXT NULL, updated TEXT,
+         pid INTEGER NULL, hostname TEXT)           -- its controller
+    lanes(run_id PRIMARY KEY -> runs ON DELETE CASCADE,  -- v4: a lane's own run, whose
+         parallel_run -> parallel_runs ON DELETE CASCADE,  -- iterations, agent runs and
+         story TEXT, attempt INTEGER >= 1,          -- criterion results are in the tables
+         lane TEXT,                                 -- above; its branch
+         state TEXT,                                -- the lane's own state folder
+         imported TEXT)                             -- when the controller last copied it
+    -- the lanes' runs are copied in by the parallel controller (see
+    -- :mod:`pytest_ralph.state.lanes`), never written by the lanes themselves
 
 The schema version is kept in ``meta`` (and the file is tagged with ``PRAGMA application_id
 =`` :data:`APPLICATION_ID`). :data:`MIGRATIONS` ``[v]`` takes a database from version ``v``
@@ -72,7 +86,7 @@ from pathlib import Path
 from .records import HistoryError
 
 #: The schema version this module writes and reads.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: ``PRAGMA application_id`` of a history file ("Rlph").
 APPLICATION_ID = 0x526C7068
@@ -225,10 +239,39 @@ def _migrate_v3(conn: sqlite3.Connection, strict: bool) -> None:
     {end}""")
 
 
+def _migrate_v4(conn: sqlite3.Connection, strict: bool) -> None:
+    """Version 3 -> 4 (frozen): parallel runs and their lanes, whose own runs the parallel
+    controller copies in (:mod:`pytest_ralph.state.lanes`)."""
+    end = ") STRICT" if strict else ")"
+    conn.execute(f"""CREATE TABLE parallel_runs (
+        id TEXT PRIMARY KEY NOT NULL CHECK (id <> ''),
+        prd TEXT NOT NULL,
+        base TEXT NOT NULL,
+        branch TEXT NOT NULL DEFAULT '',
+        status TEXT NOT NULL CHECK (status IN ('running', 'complete', 'incomplete',
+                                               'interrupted')),
+        started TEXT NOT NULL,
+        finished TEXT,
+        updated TEXT NOT NULL,
+        pid INTEGER,
+        hostname TEXT NOT NULL DEFAULT ''
+    {end}""")
+    conn.execute(f"""CREATE TABLE lanes (
+        run_id TEXT PRIMARY KEY NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        parallel_run TEXT NOT NULL REFERENCES parallel_runs (id) ON DELETE CASCADE,
+        story TEXT NOT NULL,
+        attempt INTEGER NOT NULL CHECK (attempt >= 1),
+        lane TEXT NOT NULL DEFAULT '',
+        state TEXT NOT NULL,
+        imported TEXT NOT NULL
+    {end}""")
+    conn.execute("CREATE INDEX lanes_by_parallel_run ON lanes (parallel_run, story, attempt)")
+
+
 #: ``MIGRATIONS[v](conn, strict)`` takes the schema from version ``v`` to ``v + 1`` inside
 #: the caller's transaction; ``strict`` says whether STRICT tables may be used.
 MIGRATIONS: list[Callable[[sqlite3.Connection, bool], None]] = [_create_v1, _migrate_v2,
-                                                                 _migrate_v3]
+                                                                 _migrate_v3, _migrate_v4]
 
 
 #: The columns each read selects (in the order of the row mappers of

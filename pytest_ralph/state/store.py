@@ -46,6 +46,9 @@ class Store:
         #: history (never migrated) has no driven runs.
         self.v3 = bool(conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
                                     "name = 'drivers'").fetchone())
+        #: Whether the ``parallel_runs`` and ``lanes`` tables (schema 4) are there.
+        self.v4 = bool(conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                                    "name = 'lanes'").fetchone())
         self._agent_columns = AGENT_COLUMNS_V2 if self.v2 else AGENT_COLUMNS
         self._iteration_columns = ITERATION_COLUMNS + (", blocked, diff_stat" if self.v2
                                                         else "")

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -300,6 +301,113 @@ def test_kill_9_of_the_controller_then_the_same_command_resumes(tmp_path: Path) 
         log = Path(st["log"]).read_text()
         assert "interrupted during iteration 1" in log and "resuming run" in log
     assert len(worktrees(root)) == 1
+
+
+def history_rows(root: Path) -> list[tuple[str, int, int, int, int]]:
+    """What ``.pytest_ralph/ralph.db`` holds of the lanes' iterations (the baseline left out):
+    (story, attempt, iteration, agent runs, criteria passing) per iteration."""
+    con = sqlite3.connect(root / ".pytest_ralph" / "ralph.db")
+    try:
+        rows = con.execute(
+            "SELECT l.story, l.attempt, i.n, (SELECT count(*) FROM agent_runs a WHERE "
+            "a.run_id = i.run_id AND a.n = i.n), (SELECT count(*) FROM criterion_results c "
+            "WHERE c.run_id = i.run_id AND c.n = i.n AND c.outcome = 'passed') FROM lanes l "
+            "JOIN iterations i ON i.run_id = l.run_id WHERE i.n > 0 ORDER BY l.story, i.n"
+        ).fetchall()
+    finally:
+        con.close()
+    return [tuple(r) for r in rows]
+
+
+def parallel_status(root: Path) -> str:
+    con = sqlite3.connect(root / ".pytest_ralph" / "ralph.db")
+    try:
+        return str(con.execute("SELECT status FROM parallel_runs").fetchone()[0])
+    finally:
+        con.close()
+
+
+def test_the_run_history_holds_every_lane_once_after_kill_9_and_resume(tmp_path: Path) -> None:
+    stories = [story(f"US-00{i}", *criteria(f"f{i}.txt"), priority=i) for i in (1, 2)]
+    root = project(tmp_path, stories)
+    args = ("--ralph-parallel", "2", "--ralph-agent", agent(tmp_path))
+    proc = start(root, tmp_path, *args, AGENT_SLEEP="30")  # stopped by the resume
+    wait_until(lambda: started(tmp_path) == 2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert parallel_status(root) == "running" and history_rows(root) == []
+    done = ralph(root, tmp_path, *args, AGENT_SLEEP="0")
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "taking over the loop lock" in out and f"pid {proc.pid}" in out
+    # each story's one iteration, with its agent run and its passing criterion, once
+    assert history_rows(root) == [("US-001", 1, 1, 1, 1), ("US-002", 1, 1, 1, 1)]
+    assert parallel_status(root) == "complete"
+    status = subprocess.run([sys.executable, "-m", "pytest", "--ralph-status"], cwd=root,
+                            env=env(tmp_path), text=True, capture_output=True, timeout=60)
+    assert status.returncode == 0, status.stderr
+    assert "no runs yet" not in status.stdout
+    for sid in ("US-001", "US-002"):
+        assert f"{sid}: merged, attempt 1, 1 iteration(s)" in status.stdout, status.stdout
+    assert status.stdout.count("in ralph.db: attempt 1, run ") == 2
+    assert status.stdout.count("(complete), 1 iteration(s)") == 2
+    # a second run of the same command starts a new run: the first's rows stay as they were
+    (root / "f1.txt").unlink()
+    git(root, "commit", "-qam", "drop f1")
+    again = ralph(root, tmp_path, *args, AGENT_SLEEP="0")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert history_rows(root) == [("US-001", 1, 1, 1, 1), ("US-001", 1, 1, 1, 1),
+                                  ("US-002", 1, 1, 1, 1)]
+
+
+def test_a_second_controller_of_the_run_is_refused(tmp_path: Path) -> None:
+    root = project(tmp_path, [story(f"US-00{i}", *criteria(f"f{i}.txt"), priority=i)
+                              for i in (1, 2)])
+    args = ("--ralph-parallel", "2", "--ralph-agent", agent(tmp_path))
+    proc = start(root, tmp_path, *args, AGENT_SLEEP="25")  # outlasts the two refusals
+    try:
+        wait_until(lambda: started(tmp_path) == 2)
+        groups = lane_pgids(root)
+        for extra in (args, ("--ralph-agent", agent(tmp_path))):  # a controller, a loop
+            second = ralph(root, tmp_path, *extra, timeout=120)
+            out = second.stdout + second.stderr
+            assert second.returncode == 4, out
+            assert (f"another `pytest --ralph` loop is running with the state folder "
+                    f"{root / '.pytest_ralph'} (pid {proc.pid}, started ") in out
+            assert "the controller of a parallel run (--ralph-parallel 2)" in out
+            assert "stop it (`pytest --ralph-cancel`)" in out
+            assert "resuming" not in out and "stopping its orphaned" not in out
+            assert "Traceback" not in out
+            assert all(alive(p) for p in groups)  # the first's lanes go on
+        assert proc.wait(timeout=240) == 0, (tmp_path / "controller.log").read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert "2/2 stories merged" in (tmp_path / "controller.log").read_text()
+    assert len((tmp_path / "agent-runs.txt").read_text().splitlines()) == 2
+    assert history_rows(root) == [("US-001", 1, 1, 1, 1), ("US-002", 1, 1, 1, 1)]
+
+
+def test_a_parallel_run_is_refused_while_a_loop_runs(tmp_path: Path) -> None:
+    root = project(tmp_path, [story(f"US-00{i}", *criteria(f"f{i}.txt"), priority=i)
+                              for i in (1, 2)])
+    loop = start(root, tmp_path, "--ralph-agent", agent(tmp_path), AGENT_SLEEP="60")
+    try:
+        wait_until(lambda: started(tmp_path) == 1)
+        done = ralph(root, tmp_path, "--ralph-parallel", "2", "--ralph-agent",
+                     agent(tmp_path), timeout=120)
+        out = done.stdout + done.stderr
+        assert done.returncode == 4, out
+        assert (f"another `pytest --ralph` loop is running with the state folder "
+                f"{root / '.pytest_ralph'} (pid {loop.pid}, started ") in out
+        assert "`pytest --ralph-cancel`" in out
+        assert len(worktrees(root)) == 1 and ralph_branches(root) == []
+        assert not (root / ".pytest_ralph" / "parallel.json").exists()
+        assert loop.poll() is None  # the loop goes on
+    finally:
+        os.killpg(loop.pid, signal.SIGINT)
+        loop.wait(timeout=120)
 
 
 def test_cancel_stops_every_lane(tmp_path: Path) -> None:

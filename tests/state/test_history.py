@@ -732,15 +732,15 @@ def _tables(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
-def test_a_schema_2_history_migrates_to_3_keeping_its_data(
+def test_a_schema_2_history_migrates_to_the_current_schema_keeping_its_data(
         db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _v2_history(db, tmp_path, monkeypatch)
     with History.open(db, readonly=True) as h:  # a reader never migrates
         assert h.schema_version == 2 and "drivers" not in _tables(h.connection)
     with History.open(db) as h:
         before_runs = h.runs()
-        assert h.schema_version == SCHEMA_VERSION == 3
-        assert "drivers" in _tables(h.connection)
+        assert h.schema_version == SCHEMA_VERSION == 4
+        assert {"drivers", "parallel_runs", "lanes"} <= _tables(h.connection)
         assert _count(h.connection, "drivers") == 0
         [run] = h.runs()
         assert (run.id, run.status, run.exit_code) == (RUN, "complete", 0)
@@ -755,7 +755,7 @@ def test_a_schema_2_history_migrates_to_3_keeping_its_data(
         _arm(h, "driven")  # the new table works on the migrated file
         assert [r.id for r in h.driven_runs()] == ["driven"]
     with History.open(db) as h:  # reopening changes nothing
-        assert h.schema_version == 3
+        assert h.schema_version == SCHEMA_VERSION
         assert [r.id for r in h.runs() if r.id == RUN] == [r.id for r in before_runs]
 
 
