@@ -351,7 +351,7 @@ class RunEngine:
         if run.oracle is None or not base.imports:
             return
         run.oracle = with_imports(run.oracle, base.imports, self.rootdir,
-                                  folders=(self.rootdir, run.prd.path.parent))
+                                  folders=(self.rootdir, run.prd.path.parent), prd=run.prd)
         with contextlib.suppress(Exception):  # a broken history is handled elsewhere
             self.history.set_oracle(run.run_dir.id, snapshot_to_json(run.oracle))
             self.history_written()

@@ -1,9 +1,11 @@
-"""What the checks import: guarded against shadowing, and (outside the project) against change.
+"""What the checks import: guarded against shadowing, and (outside the project, or in its test
+folders) against change.
 
 A check phase's processes import pytest, its plugins, their dependencies, the standard library
 and, through the tests, the project's own modules. The loop asks the baseline's processes what
-they imported (:data:`pytest_ralph.checks.phase.IMPORTS_ENV`: each process's ``sys.path`` and the
-file each top-level module came from) and turns the answer into two kinds of oracle subjects
+they imported (:data:`pytest_ralph.checks.phase.IMPORTS_ENV`: each process's ``sys.path``, the
+file each top-level module came from and every source file loaded) and turns the answer into
+three kinds of oracle subjects
 (see :mod:`pytest_ralph.oracle.snapshot`), taken again after every check phase:
 
 - ``folder <path>/ (names the checks import)``, one per folder inside the project that a check
@@ -21,9 +23,17 @@ file each top-level module came from) and turns the answer into two kinds of ora
   of every distribution in the folders outside the project the check processes import from
   (``pytest11`` plugins come from there), and the names of those files. A ``.pth`` file or
   a plugin installed into the virtualenv during the run, or an edited installed module, is a
-  change.
+  change;
+- :data:`TEST_MODULES`: the digests of the project's own source files the checks loaded from a
+  test folder (:func:`in_test_folder`: a folder of the path, relative to the rootdir, whose
+  name starts with ``test``): ``tests/helpers.py`` a test takes its expected values from,
+  ``tests/__init__.py``, ``tests/fixtures/data.py``. An edited or deleted helper is a change.
+  The code under test (``src/``, the package, ``calc.py`` in the rootdir, ``pkg/mod.py``
+  beside ``pkg/tests/``) is not: the agent is meant to change it. Data files the tests read
+  (``tests/data/cases.json``) are not imported: they are guarded only when a criterion names
+  them.
 
-Both link to every criterion: what the checker imports can decide any verdict. Nothing is
+All three link to every criterion: what the checker imports can decide any verdict. Nothing is
 imported or run.
 
 This module does not import pytest.
@@ -49,6 +59,12 @@ SHADOWS = " (names the checks import)"
 
 #: The subject of the installed environment's digest.
 ENVIRONMENT = "environment (the installed modules the checks import)"
+
+#: The subject of the project's source files the checks import from its test folders.
+TEST_MODULES = "modules the checks import from test folders"
+
+#: Folders of installed distributions: a virtualenv inside the project is no test folder.
+_INSTALLED_FOLDERS = frozenset({"site-packages", "dist-packages"})
 
 #: Suffixes of files that import finds as a module ``<name><suffix>``.
 _MODULE_ENDINGS = (".py", ".pyc", ".pyw", ".so", ".pyd")
@@ -99,6 +115,16 @@ def module_name(filename: str) -> str | None:
     return None
 
 
+def in_test_folder(rel: str) -> bool:
+    """Whether the file at ``rel`` (a POSIX path relative to the rootdir) is in a test folder:
+    one of its folders (not the file's own name) starts with ``test`` (``tests/helpers.py``,
+    ``test/util.py``, ``testing/data.py``, ``pkg/tests/conftest_helpers.py``), and none is a
+    ``site-packages`` or ``dist-packages`` folder (a virtualenv inside the project)."""
+    folders = rel.split("/")[:-1]
+    return (any(part.startswith("test") for part in folders)
+            and not _INSTALLED_FOLDERS.intersection(folders))
+
+
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
@@ -128,12 +154,16 @@ def watch(imports: Sequence[Mapping[str, Any]], rootdir: Path,
 
     Returns:
         ``{"folder <rel>/ (names the checks import)": (names...), "environment (...)":
-        (files...)}``: for each folder, the top-level names that a module there would shadow;
-        for the environment, the absolute paths of the files whose digests are kept.
+        (files...), TEST_MODULES: (rel paths...)}``: for each folder, the top-level names that
+        a module there would shadow; for the environment, the absolute paths of the files
+        whose digests are kept; for :data:`TEST_MODULES` (only when there is one), the
+        source files inside the project, in a test folder (:func:`in_test_folder`), as POSIX
+        paths relative to the rootdir, symbolic links resolved.
     """
     root = os.path.realpath(rootdir)
     folders: dict[str, set[str]] = {}
     sources: set[str] = set()
+    tested: set[str] = set()
     # Every folder outside the project that a check process imports from (site-packages, and
     # folders a .pth file adds, where distributions and their entry points live too).
     sites = list(dict.fromkeys([*site_folders(), *(
@@ -163,9 +193,15 @@ def watch(imports: Sequence[Mapping[str, Any]], rootdir: Path,
             if _inside(entry, root):
                 folders.setdefault(entry, set()).update(installed)
         for source in proc.get("sources", ()):
-            if isinstance(source, str) and os.path.isabs(source) and not _inside(
-                    os.path.realpath(source), root):
+            if not isinstance(source, str) or not os.path.isabs(source):
+                continue
+            real = os.path.realpath(source)
+            if not _inside(real, root):
                 sources.add(source)
+                continue
+            rel = os.path.relpath(real, root).replace(os.sep, "/")
+            if in_test_folder(rel):
+                tested.add(rel)
     for extra in extra_folders:
         real = os.path.realpath(extra)
         if _inside(real, root):
@@ -178,6 +214,8 @@ def watch(imports: Sequence[Mapping[str, Any]], rootdir: Path,
         if not _inside(site_dir, root):
             sources.add(os.path.join(site_dir, ""))  # the folder's .pth and entry-point files
     out[ENVIRONMENT] = tuple(sorted(sources))
+    if tested:
+        out[TEST_MODULES] = tuple(sorted(tested))
     return out
 
 
@@ -189,6 +227,8 @@ def take(subject: str, params: Sequence[str], rootdir: Path) -> tuple[str, tuple
     """
     if subject == ENVIRONMENT:
         return _environment(params)
+    if subject == TEST_MODULES:
+        return _test_modules(rootdir, params)
     if subject.startswith("folder ") and subject.endswith(SHADOWS):
         rel = subject[len("folder "):-len(SHADOWS)].rstrip("/") or "."
         return _shadows(rootdir / rel, frozenset(params))
@@ -226,6 +266,18 @@ def _shadows(folder: Path, names: frozenset[str]) -> tuple[str, tuple[str, ...]]
         return "absent", ()
     except OSError as exc:
         return f"unreadable: {exc.strerror}", ()
+    return _pairs(pairs)
+
+
+def _test_modules(rootdir: Path, files: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """Digests of ``files`` (POSIX paths relative to ``rootdir``); a file that is gone is left
+    out of the listing (:func:`pytest_ralph.oracle.snapshot.listing_detail` says ``removed``)
+    and changes the digest all the same."""
+    pairs: list[tuple[str, str]] = []
+    for rel in files:
+        found = _file_digest(os.path.join(rootdir, rel))
+        if found != "absent":
+            pairs.append((rel, found))
     return _pairs(pairs)
 
 

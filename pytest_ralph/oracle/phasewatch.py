@@ -11,8 +11,9 @@ then restored.
 
 So the loop hands the check phase's child pytest the list of its judges
 (:data:`JUDGES_ENV`, a JSON file :func:`write_judges` makes from the run's snapshot): each
-guarded file (present or absent), each guarded folder whose file names count, and each folder
-whose modules could shadow what the checks import (with those names). The child takes their
+guarded file (present or absent; the modules the checks import from test folders among
+them), each guarded folder whose file names count, and each folder whose modules could shadow
+what the checks import (with those names). The child takes their
 signature when the first criterion starts (:class:`PhaseWatch`) and after each criterion; from
 the first difference on, that criterion and every later one fail, naming the change. A file's
 signature is what ``stat`` says of it, symbolic links followed and not: inode, size, link
@@ -41,7 +42,7 @@ def write_judges(path: Path, snapshot: Any, rootdir: Path) -> None:
     ``path``:
     ``{"files": [absolute paths], "folders": [absolute paths], "names": {folder: [names]}}``.
     """
-    from .judges import SHADOWS
+    from .judges import SHADOWS, TEST_MODULES
     from .snapshot import FILES
 
     files: list[str] = []
@@ -61,6 +62,8 @@ def write_judges(path: Path, snapshot: Any, rootdir: Path) -> None:
         elif subject.startswith("folder ") and subject.endswith(SHADOWS):
             folder = absolute(subject[len("folder "):-len(SHADOWS)].rstrip("/") or ".")
             names[folder] = list(snapshot.watch.get(subject, ()))
+        elif subject == TEST_MODULES:
+            files.extend(absolute(rel) for rel in snapshot.watch.get(subject, ()))
     path.write_text(json.dumps({"files": files, "folders": folders, "names": names}),
                     encoding="utf-8")
 

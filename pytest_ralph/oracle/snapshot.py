@@ -68,7 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from ..prd.model import PRD
-from .judges import SHADOWS, take, watch
+from .judges import SHADOWS, TEST_MODULES, take, watch
 from .sources import (
     TARGET_FIELDS,
     check_targets,
@@ -190,8 +190,9 @@ class Snapshot:
         """The files and folders inside ``rootdir`` that judge the agent's work, as they
         exist now: each guarded file (tests, ``conftest.py``, configuration files, schemas,
         modules of ``python`` checks) that exists, and each folder whose file names are
-        guarded (a folder a ``pytest`` check names). A confined check phase gets them
-        read-only (:func:`pytest_ralph.sandbox.bwrap.check_confinement`)."""
+        guarded (a folder a ``pytest`` check names), and each module the checks import from
+        a test folder (:data:`~pytest_ralph.oracle.judges.TEST_MODULES`). A confined check
+        phase gets them read-only (:func:`pytest_ralph.sandbox.bwrap.check_confinement`)."""
         out: list[Path] = []
         for subject, digest in self.digests.items():
             if digest == ABSENT:
@@ -202,6 +203,10 @@ class Snapshot:
                 rel = subject[len("pytest configuration "):]
             elif subject.startswith("folder ") and subject.endswith(FILES):
                 rel = subject[len("folder "):-len(FILES)].rstrip("/") or "."
+            elif subject == TEST_MODULES:
+                out.extend(rootdir / r for r in self.watch.get(subject, ())
+                           if os.path.lexists(rootdir / r))
+                continue
             else:
                 continue
             if os.path.isabs(rel):
@@ -600,12 +605,27 @@ class _Taking:
 
 
 def with_imports(snap: Snapshot, imports: Sequence[Mapping[str, Any]], rootdir: Path,
-                 folders: Iterable[Path] = ()) -> Snapshot:
+                 folders: Iterable[Path] = (), prd: PRD | None = None) -> Snapshot:
     """``snap`` plus the subjects :func:`pytest_ralph.oracle.judges.watch` finds in the imports
     report of a check phase (the baseline's, before any agent ran), taken now and linked to
     every criterion ``snap`` knows. ``folders`` are more folders inside the project that come
-    first on a check's ``sys.path``."""
+    first on a check's ``sys.path``. The modules imported from test folders
+    (:data:`~pytest_ralph.oracle.judges.TEST_MODULES`) leave out the files ``snap`` guards
+    already (a test file a criterion names, a ``conftest.py``: one change, said once) and
+    those it leaves to the agent: the targets of the checks of ``prd`` (an ``exists`` or
+    ``file`` check on ``tests/helpers.py``, on ``tests/gen/``, asks the agent to write it)."""
     found = watch(imports, rootdir, folders)
+    if TEST_MODULES in found:
+        prefixes = {str(rootdir.resolve()), os.path.abspath(rootdir)}
+        targets = tuple(lexical_rel(t, prefixes).rstrip("/") for st in (
+            prd.stories if prd is not None else ()) for c in st.criteria
+            for t in check_targets(c))
+        kept = tuple(rel for rel in found[TEST_MODULES] if f"file {rel}" not in snap.digests
+                     and rel not in snap.unguarded and not any(
+                         rel == t or rel.startswith(t + "/") for t in targets))
+        found = {k: v for k, v in found.items() if k != TEST_MODULES}
+        if kept:
+            found[TEST_MODULES] = kept
     every = frozenset(k for subject, keys in snap.links.items() if subject.startswith(
         "criterion ") for k in keys)
     digests, links = dict(snap.digests), dict(snap.links)

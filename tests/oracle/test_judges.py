@@ -7,32 +7,43 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from pytest_ralph.checks.phase import pytest_command, read_imports
 from pytest_ralph.loop.gitdiff import config_digest, tree_snapshot
 from pytest_ralph.oracle.importguard import ProjectImports, guarded
 from pytest_ralph.oracle.judges import (
     ENVIRONMENT,
     SHADOWS,
+    TEST_MODULES,
+    in_test_folder,
     installed_names,
     site_folders,
     take,
     watch,
 )
+from pytest_ralph.oracle.phasewatch import write_judges
 from pytest_ralph.oracle.snapshot import (
     Change,
     compare,
     loop_conftests,
     snapshot,
+    snapshot_from_json,
+    snapshot_to_json,
     with_imports,
 )
 from pytest_ralph.oracle.sources import run_pytest_targets
 from pytest_ralph.prd.load import load_prd
 from pytest_ralph.state.verified import changes_stat, check_loop_conftests, keep_copies, weakening
+from pytest_ralph.util.env import IMPORTS_ENV
+from tests.support.env import clean_env
+from tests.support.loop import report_text
 from tests.support.prd import story
 
 
@@ -400,3 +411,173 @@ def test_git_runs_only_while_its_configuration_is_unchanged(tmp_path: Path) -> N
     assert config_digest(tmp_path) != trust
     assert tree_snapshot(tmp_path, trust) is None
     assert not marker.exists()  # the agent's filter never ran
+
+
+# -- the modules the tests import from test folders (helpers) ------------------------------------
+
+CALC_TEST = """\
+from {helpers} import CASES
+from calc import add
+
+
+def test_add():
+    for args, expected in CASES:
+        assert add(*args) == expected
+"""
+
+#: The helpers the test takes its expected values from, and a module they import in turn.
+HELPERS = "from {fixtures} import PAIRS\nCASES = [(pair, sum(pair)) for pair in PAIRS]\n"
+FIXTURES = "PAIRS = [(2, 2), (1, 5)]\n"
+
+
+def _calc_project(root: Path, layout: str) -> None:
+    """A project whose ``add`` is wrong and whose test takes its cases from
+    ``tests/helpers.py`` (which imports ``tests/fixtures/data.py``): imported as ``helpers``
+    (``tests/`` first on ``sys.path``, no ``__init__.py``) or, with ``layout == "package"``, as
+    ``tests.helpers``. ``pkg/mod.py`` is code under test beside ``pkg/tests/``."""
+    package = layout == "package"
+    (root / "tests" / "fixtures").mkdir(parents=True)
+    (root / "pkg" / "tests").mkdir(parents=True)
+    (root / "calc.py").write_text("from pkg.mod import ZERO\n\ndef add(a, b):\n"
+                                  "    return ZERO\n")
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "mod.py").write_text("from pkg.tests.util import NOTHING\nZERO = NOTHING\n")
+    (root / "pkg" / "tests" / "__init__.py").write_text("")
+    (root / "pkg" / "tests" / "util.py").write_text("NOTHING = 0\n")
+    (root / "tests" / "fixtures" / "__init__.py").write_text("")
+    (root / "tests" / "fixtures" / "data.py").write_text(FIXTURES)
+    (root / "tests" / "helpers.py").write_text(HELPERS.format(
+        fixtures="tests.fixtures.data" if package else "fixtures.data"))
+    (root / "tests" / "test_calc.py").write_text(CALC_TEST.format(
+        helpers="tests.helpers" if package else "helpers"))
+    if package:
+        (root / "tests" / "__init__.py").write_text("")
+
+
+def _real_imports(root: Path, report: Path) -> tuple[dict[str, object], ...]:
+    """The imports report of a real child pytest started as a check phase starts it (the
+    launcher, the rootdir first on ``sys.path``) on ``tests/test_calc.py``."""
+    done = subprocess.run([*pytest_command(sys.executable), "-q", "-p", "no:cacheprovider",
+                           "-p", "no:randomly", "tests/test_calc.py"],
+                          cwd=root, env=clean_env(**{IMPORTS_ENV: str(report)}),
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr  # add is wrong: 1 failed
+    imports = read_imports(report)
+    assert imports, done.stdout + done.stderr
+    return imports
+
+
+@pytest.mark.parametrize("rel, guarded_", [
+    ("tests/helpers.py", True), ("tests/__init__.py", True), ("tests/fixtures/data.py", True),
+    ("test/util.py", True), ("testing/data.py", True), ("pkg/tests/util.py", True),
+    ("calc.py", False), ("src/calc.py", False), ("pkg/mod.py", False), ("test_calc.py", False),
+    ("src/pkg/testlike_name.py", False), (".venv/lib/python3.12/site-packages/tests/a.py", False),
+    ("venv/lib/dist-packages/testfixtures/a.py", False)])
+def test_a_test_folder_is_one_of_the_folders_of_the_path(rel: str, guarded_: bool) -> None:
+    assert in_test_folder(rel) is guarded_
+
+
+@pytest.mark.parametrize("layout", ["plain", "package"])
+def test_the_helpers_a_real_check_imports_from_test_folders_are_guarded(
+        tmp_path: Path, layout: str) -> None:
+    root = tmp_path / "p"
+    root.mkdir()
+    _calc_project(root, layout)
+    prd = load_prd(_prd(root, {"text": "add works", "pytest": "tests/test_calc.py::test_add"}))
+    imports = _real_imports(root, tmp_path / "imports.jsonl")
+    found = watch(imports, root)
+    assert {"tests/helpers.py", "tests/fixtures/data.py", "tests/test_calc.py",
+            "pkg/tests/util.py"} <= set(found[TEST_MODULES])
+    assert not {"calc.py", "pkg/mod.py", "pkg/__init__.py"} & set(found[TEST_MODULES])
+    start = with_imports(snapshot(prd, root), imports, root, folders=(root,))
+    # The test file and the __init__.py files are guarded as files already: said once.
+    assert start.watch[TEST_MODULES] == (
+        "pkg/tests/__init__.py", "pkg/tests/util.py", "tests/fixtures/__init__.py",
+        "tests/fixtures/data.py", "tests/helpers.py")
+    assert start.links[TEST_MODULES] == {"US-1::AC1"}
+    assert [i.split("\t")[0] for i in start.listings[TEST_MODULES]] == list(
+        start.watch[TEST_MODULES])
+    assert root / "tests" / "helpers.py" in start.judges(root)
+    assert root / "calc.py" not in start.judges(root)
+    write_judges(tmp_path / "judges.json", start, root)  # watched while a check phase runs
+    watched = json.loads((tmp_path / "judges.json").read_text())["files"]
+    assert str(root / "tests" / "helpers.py") in watched and str(root / "calc.py") not in watched
+    # Kept in the run's history as JSON: the retake from the stored snapshot sees the same.
+    stored = snapshot_from_json(json.loads(json.dumps(snapshot_to_json(start))))
+    assert stored == start
+    # The agent's work: the code under test, beside the test folders too.
+    (root / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (root / "pkg" / "mod.py").write_text("ZERO = 0\n")
+    assert compare(stored, snapshot(prd, root, start=stored)) == []
+    # The cheat: the expected values rewritten to what the wrong code returns.
+    (root / "tests" / "helpers.py").write_text("CASES = [((2, 2), 0)]\n")
+    (changed,) = compare(stored, snapshot(prd, root, start=stored))
+    assert changed == Change(TEST_MODULES, "changed", ("US-1::AC1",), "changed tests/helpers.py")
+    assert changed.describe() == (
+        "modules the checks import from test folders changed: changed tests/helpers.py")
+    (root / "tests" / "fixtures" / "data.py").unlink()
+    (changed,) = compare(stored, snapshot(prd, root, start=stored))
+    assert changed.detail == "removed tests/fixtures/data.py; changed tests/helpers.py"
+
+
+def test_a_hand_written_report_guards_only_the_project_s_test_folders(tmp_path: Path) -> None:
+    root, site_dir = tmp_path / "p", tmp_path / "site"
+    files = [root / "calc.py", root / "tests" / "helpers.py", root / "src" / "app" / "core.py",
+             root / ".venv" / "lib" / "site-packages" / "tests" / "x.py", site_dir / "yaml.py"]
+    for f in files:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("")
+    (root / "tests" / "link.py").symlink_to(root / "calc.py")  # the code under test, really
+    got = watch([{"path": [str(root), str(site_dir)], "modules": {},
+                  "sources": [*map(str, files), str(root / "tests" / "link.py"),
+                              "tests/relative.py"]}], root)
+    assert got[TEST_MODULES] == ("tests/helpers.py",)
+    assert str(site_dir / "yaml.py") in got[ENVIRONMENT]
+    assert TEST_MODULES not in watch([{"path": [str(root)], "modules": {},
+                                       "sources": [str(root / "calc.py")]}], root)
+    # A module a check's target names is the agent's to write, in a test folder too.
+    (root / "tests" / "gen").mkdir()
+    (root / "tests" / "gen" / "made.py").write_text("")
+    prd = load_prd(_prd(root, {"file": "tests/helpers.py", "contains": "CASES"},
+                        {"exists": "./tests/gen/"}))
+    report = [{"path": [str(root)], "modules": {}, "sources": [
+        str(root / "tests" / "helpers.py"), str(root / "tests" / "gen" / "made.py")]}]
+    assert TEST_MODULES in watch(report, root)
+    assert TEST_MODULES not in with_imports(snapshot(prd, root), report, root, prd=prd).watch
+    (root / "tests" / "gone.py").write_text("")
+    params = ("tests/helpers.py", "tests/gone.py")
+    digest, listing = take(TEST_MODULES, params, root)
+    assert [i.split("\t")[0] for i in listing] == ["tests/gone.py", "tests/helpers.py"]
+    (root / "tests" / "gone.py").unlink()  # a deleted helper: out of the listing, a change
+    after, listing = take(TEST_MODULES, params, root)
+    assert [i.split("\t")[0] for i in listing] == ["tests/helpers.py"] and after != digest
+
+
+def test_the_loop_refuses_an_agent_that_edits_the_helpers_the_tests_import(
+        pytester: pytest.Pytester, write_prd: Callable[..., Path],
+        agent: Callable[[str, str], str]) -> None:
+    _calc_project(pytester.path, "plain")
+    write_prd(story("US-001", {"text": "add works", "pytest": "tests/test_calc.py::test_add"}))
+    cheat = agent("cheat.py", "import pathlib\npathlib.Path('tests/helpers.py')"
+                              ".write_text('CASES = [((2, 2), 0)]\\n')\n")
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", cheat,
+                                           "--ralph-max-iterations", "1")
+    out = result.stdout.str()
+    assert result.ret == 1, out  # the limit, not complete
+    result.stdout.fnmatch_lines(["*Criteria changed: modules the checks import from test "
+                                 "folders changed: changed tests/helpers.py*"])
+    assert "restore it" in (pytester.path / ".pytest_ralph" / "progress.txt").read_text()
+    assert ("| 1 | modules the checks import from test folders | changed: changed "
+            "tests/helpers.py | US-001::AC1 |") in report_text(pytester)
+    # An honest agent, on the project as it was: fixing calc.py completes the run.
+    shutil.rmtree(pytester.path / ".pytest_ralph")
+    for rel in ("tests", "pkg", "calc.py"):
+        target = pytester.path / rel
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    _calc_project(pytester.path, "plain")
+    fix = agent("fix.py", "import pathlib\npathlib.Path('calc.py')"
+                          ".write_text('def add(a, b):\\n    return a + b\\n')\n")
+    result = pytester.runpytest_subprocess("--ralph", "--ralph-agent", fix,
+                                           "--ralph-max-iterations", "1")
+    assert result.ret == 0, result.stdout.str()
+    assert "Criteria changed" not in result.stdout.str()
