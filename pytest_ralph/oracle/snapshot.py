@@ -91,6 +91,7 @@ from .walk import (
     lexical_rel,
     modules_listing,
     never,
+    real,
     relative,
     skipped,
     stdlib_listing,
@@ -298,7 +299,7 @@ class _Taking:
         self.start = start
         self.pythonpath = pythonpath
         self.loop_anchors = loop_anchors
-        self.root = rootdir.resolve()
+        self.root = real(rootdir)
         self.digests: dict[str, str] = {}
         self.links: dict[str, set[str]] = {}
         self.listings: dict[str, tuple[str, ...]] = {}
@@ -387,8 +388,8 @@ class _Taking:
                         if named_tests:
                             for test in named_tests:
                                 self.guard_tests(where / test.split("::", 1)[0], [c.key])
-                        elif where.is_dir() and (where.resolve() == root or
-                                                 root in where.resolve().parents):
+                        elif where.is_dir() and (real(where) == root or
+                                                 root in real(where).parents):
                             self.guard_collected(where, [c.key])
                 for path, optional in linked_files(c, rootdir, root, self.search_path,
                                                    self.modules):
@@ -605,15 +606,22 @@ def with_imports(snap: Snapshot, imports: Sequence[Mapping[str, Any]], rootdir: 
     report of a check phase (the baseline's, before any agent ran), taken now and linked to
     every criterion ``snap`` knows. ``folders`` are more folders inside the project that come
     first on a check's ``sys.path``."""
-    found = watch(imports, rootdir, folders)
+    return with_subjects(snap, watch(imports, rootdir, folders), rootdir)
+
+
+def with_subjects(snap: Snapshot, found: Mapping[str, Sequence[str]], rootdir: Path) -> Snapshot:
+    """``snap`` plus the subjects ``found`` (subject -> its parameters, as
+    :func:`pytest_ralph.oracle.judges.watch` gives them, or :attr:`Snapshot.watch` of an
+    earlier snapshot holds them), each taken now and linked to every criterion ``snap``
+    knows."""
     every = frozenset(k for subject, keys in snap.links.items() if subject.startswith(
         "criterion ") for k in keys)
     digests, links = dict(snap.digests), dict(snap.links)
     listings, watched = dict(snap.listings), dict(snap.watch)
     for subject, params in found.items():
-        digests[subject], listings[subject] = take(subject, params, rootdir)
+        digests[subject], listings[subject] = take(subject, tuple(params), rootdir)
         links[subject] = every
-        watched[subject] = params
+        watched[subject] = tuple(params)
     return replace(snap, digests=digests, links=links, listings=listings, watch=watched)
 
 
@@ -652,10 +660,10 @@ def loop_conftests(rootdir: Path, anchors: Sequence[Path] = ()) -> tuple[str, tu
     ``test*`` folder of those. ``pytest --ralph`` loads them into the loop's own process, before
     pytest-ralph can check anything: :func:`pytest_ralph.state.verified.check_loop_conftests`
     compares them with the last run's before pytest loads them."""
-    root = rootdir.resolve()
+    root = real(rootdir)
     folders: dict[Path, None] = {}
     for anchor in (root, *anchors):
-        here = anchor.resolve()
+        here = real(anchor)
         if here != root and root not in here.parents:
             continue
         for folder in chain(here, root):
@@ -663,7 +671,7 @@ def loop_conftests(rootdir: Path, anchors: Sequence[Path] = ()) -> tuple[str, tu
         try:
             for sub in sorted(here.iterdir()):
                 if sub.name.startswith("test") and sub.is_dir():
-                    folders[sub.resolve()] = None
+                    folders[real(sub)] = None
         except OSError:
             continue
     pairs: list[tuple[str, str]] = []
