@@ -14,7 +14,7 @@ checks a wave once when all of it passes, else one story at a time) by
 :class:`pytest_ralph.parallel.queue.MergeQueue` onto the integration
 branch ``ralph/merge-<base>/integration`` (``<base>``: the first 12 hex digits of ``HEAD``,
 so that running it again resumes the same queue), each checked by the gate
-(:func:`pytest_ralph.parallel.queue.gate_check`). A story that depends on a given story that
+(:func:`pytest_ralph.parallel.gate.gate_check`). A story that depends on a given story that
 was not merged is ``blocked`` and not tried; a dependency on a story not given is taken as
 met (already on the base). The user's branch is never moved: the integration branch is left
 for the user (or the workflow) to push, its worktree removed.
@@ -22,9 +22,9 @@ for the user (or the workflow) to push, its worktree removed.
 The branches come from other runners: their code is agent code, and the gate runs it. With a
 sandbox that confines (``ralph_sandbox``, probed by the caller), the gate runs under
 bubblewrap and may write only the integration worktree (less the PRD and the files that judge
-it) and a private results folder (:func:`pytest_ralph.parallel.queue.gate_check`); without
+it) and a private results folder (:func:`pytest_ralph.parallel.gate.gate_check`); without
 one it runs unconfined, and the output and the job summary say so
-(:func:`pytest_ralph.parallel.queue.describe_gate`).
+(:func:`pytest_ralph.parallel.gate.describe_gate`).
 
 Exit status: 0 when every story merged; 1 (:data:`EXIT_NOT_MERGED`) when one did not
 (conflict, story-failed, regressed, blocked); 4 for bad input (not a git repository,
@@ -40,16 +40,10 @@ from pathlib import Path
 
 from ..loop.records import EXIT_NO_CRITERIA, EXIT_USAGE
 from ..oracle.bytecode import TrustedBytecode
+from ..parallel.gate import describe_gate, gate_around, gate_check
 from ..parallel.names import lane_key
 from ..parallel.plan import branch_names, check, waves
-from ..parallel.queue import (
-    MergeQueue,
-    MergeResult,
-    QueueError,
-    describe_gate,
-    gate_around,
-    gate_check,
-)
+from ..parallel.queue import MergeQueue, MergeResult, QueueError
 from ..parallel.worktrees import ParallelUsageError, WorktreeError, preflight
 from ..prd.describe import no_prd_message
 from ..prd.errors import PRDError
@@ -73,7 +67,7 @@ class MergeRun:
         results: one :class:`MergeResult` per story, in merge order.
         branch: the integration branch (``""`` when it never was made).
         head: its head.
-        gate: what the gate could write (:func:`pytest_ralph.parallel.queue.describe_gate`),
+        gate: what the gate could write (:func:`pytest_ralph.parallel.gate.describe_gate`),
             ``""`` when no gate ran.
     """
 
@@ -129,7 +123,7 @@ def _stories(args: list[str], ids: list[str]) -> list[tuple[str, str]]:
 
 def merge(rootdir: Path, prd: Path | None, args: list[str], *, state_dir: Path | None = None,
           max_bytes: int = MAX_PRD_BYTES, sandbox: Sandbox | None = None,
-          inifile: Path | None = None) -> MergeRun:
+          inifile: Path | None = None, strict: bool = False) -> MergeRun:
     """Run the merge queue over the branches ``args`` (see the module docstring).
 
     Args:
@@ -141,7 +135,8 @@ def merge(rootdir: Path, prd: Path | None, args: list[str], *, state_dir: Path |
         sandbox: the gate's sandbox (:func:`pytest_ralph.sandbox.bwrap.probe`); ``None``:
             unconfined, said as such.
         inifile: the pytest configuration file, relative to the project folder or absolute
-            (see :func:`pytest_ralph.parallel.queue.gate_check`).
+            (see :func:`pytest_ralph.parallel.gate.gate_check`).
+        strict: ``--ralph-strict``: the gate refuses claims (claimed text criteria fail).
     """
     if not args:
         return MergeRun(EXIT_USAGE, PREFIX + "expected the lanes' branches to merge: "
@@ -171,7 +166,8 @@ def merge(rootdir: Path, prd: Path | None, args: list[str], *, state_dir: Path |
     bytecode.prime_in_background(bytecode.sources_loaded_here())
     try:
         gate = gate_check(rel, sandbox=sandbox, state_dir=repo.state_dir,
-                          around=gate_around(repo), inifile=inifile, bytecode=bytecode)
+                          around=gate_around(repo), inifile=inifile, bytecode=bytecode,
+                          strict=strict)
         queue = MergeQueue(repo, f"merge-{repo.head[:12]}", repo.head, gate, prd=rel)
         for _, branch in given:  # every branch checked before the first merge
             queue.branch_commit(branch)

@@ -91,6 +91,7 @@ from .walk import (
     lexical_rel,
     modules_listing,
     never,
+    real,
     relative,
     skipped,
     stdlib_listing,
@@ -303,7 +304,7 @@ class _Taking:
         self.start = start
         self.pythonpath = pythonpath
         self.loop_anchors = loop_anchors
-        self.root = rootdir.resolve()
+        self.root = real(rootdir)
         self.digests: dict[str, str] = {}
         self.links: dict[str, set[str]] = {}
         self.listings: dict[str, tuple[str, ...]] = {}
@@ -392,8 +393,8 @@ class _Taking:
                         if named_tests:
                             for test in named_tests:
                                 self.guard_tests(where / test.split("::", 1)[0], [c.key])
-                        elif where.is_dir() and (where.resolve() == root or
-                                                 root in where.resolve().parents):
+                        elif where.is_dir() and (real(where) == root or
+                                                 root in real(where).parents):
                             self.guard_collected(where, [c.key])
                 for path, optional in linked_files(c, rootdir, root, self.search_path,
                                                    self.modules):
@@ -609,14 +610,24 @@ def with_imports(snap: Snapshot, imports: Sequence[Mapping[str, Any]], rootdir: 
     """``snap`` plus the subjects :func:`pytest_ralph.oracle.judges.watch` finds in the imports
     report of a check phase (the baseline's, before any agent ran), taken now and linked to
     every criterion ``snap`` knows. ``folders`` are more folders inside the project that come
-    first on a check's ``sys.path``. The modules imported from test folders
-    (:data:`~pytest_ralph.oracle.judges.TEST_MODULES`) leave out the files ``snap`` guards
-    already (a test file a criterion names, a ``conftest.py``: one change, said once) and
-    those it leaves to the agent: the targets of the checks of ``prd`` (an ``exists`` or
-    ``file`` check on ``tests/helpers.py``, on ``tests/gen/``, asks the agent to write it)."""
+    first on a check's ``sys.path``. The modules imported from test folders are those of
+    :func:`imports_watch`."""
+    return with_subjects(snap, imports_watch(snap, imports, rootdir, folders, prd), rootdir)
+
+
+def imports_watch(snap: Snapshot, imports: Sequence[Mapping[str, Any]], rootdir: Path,
+                  folders: Iterable[Path] = (), prd: PRD | None = None
+                  ) -> dict[str, tuple[str, ...]]:
+    """The subjects (subject -> its parameters) that :func:`pytest_ralph.oracle.judges.watch`
+    finds in the imports report ``imports``, for :func:`with_subjects` over ``snap``. The
+    modules imported from test folders (:data:`~pytest_ralph.oracle.judges.TEST_MODULES`)
+    leave out the files ``snap`` guards already (a test file a criterion names, a
+    ``conftest.py``: one change, said once) and those it leaves to the agent: the targets of
+    the checks of ``prd`` (an ``exists`` or ``file`` check on ``tests/helpers.py``, on
+    ``tests/gen/``, asks the agent to write it)."""
     found = watch(imports, rootdir, folders)
     if TEST_MODULES in found:
-        prefixes = {str(rootdir.resolve()), os.path.abspath(rootdir)}
+        prefixes = {str(real(rootdir)), os.path.abspath(rootdir)}
         targets = tuple(lexical_rel(t, prefixes).rstrip("/") for st in (
             prd.stories if prd is not None else ()) for c in st.criteria
             for t in check_targets(c))
@@ -626,14 +637,21 @@ def with_imports(snap: Snapshot, imports: Sequence[Mapping[str, Any]], rootdir: 
         found = {k: v for k, v in found.items() if k != TEST_MODULES}
         if kept:
             found[TEST_MODULES] = kept
+    return found
+
+
+def with_subjects(snap: Snapshot, found: Mapping[str, Sequence[str]], rootdir: Path) -> Snapshot:
+    """``snap`` plus the subjects ``found`` (subject -> its parameters, as
+    :func:`imports_watch` gives them, or :attr:`Snapshot.watch` of an earlier snapshot holds
+    them), each taken now and linked to every criterion ``snap`` knows."""
     every = frozenset(k for subject, keys in snap.links.items() if subject.startswith(
         "criterion ") for k in keys)
     digests, links = dict(snap.digests), dict(snap.links)
     listings, watched = dict(snap.listings), dict(snap.watch)
     for subject, params in found.items():
-        digests[subject], listings[subject] = take(subject, params, rootdir)
+        digests[subject], listings[subject] = take(subject, tuple(params), rootdir)
         links[subject] = every
-        watched[subject] = params
+        watched[subject] = tuple(params)
     return replace(snap, digests=digests, links=links, listings=listings, watch=watched)
 
 
@@ -672,10 +690,10 @@ def loop_conftests(rootdir: Path, anchors: Sequence[Path] = ()) -> tuple[str, tu
     ``test*`` folder of those. ``pytest --ralph`` loads them into the loop's own process, before
     pytest-ralph can check anything: :func:`pytest_ralph.state.verified.check_loop_conftests`
     compares them with the last run's before pytest loads them."""
-    root = rootdir.resolve()
+    root = real(rootdir)
     folders: dict[Path, None] = {}
     for anchor in (root, *anchors):
-        here = anchor.resolve()
+        here = real(anchor)
         if here != root and root not in here.parents:
             continue
         for folder in chain(here, root):
@@ -683,7 +701,7 @@ def loop_conftests(rootdir: Path, anchors: Sequence[Path] = ()) -> tuple[str, tu
         try:
             for sub in sorted(here.iterdir()):
                 if sub.name.startswith("test") and sub.is_dir():
-                    folders[sub.resolve()] = None
+                    folders[real(sub)] = None
         except OSError:
             continue
     pairs: list[tuple[str, str]] = []

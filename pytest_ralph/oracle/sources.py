@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..prd.model import Criterion
-from .walk import MODULE_SUFFIXES
+from .walk import MODULE_SUFFIXES, real
 
 #: The check field that names the target of a criterion of each kind that has one.
 TARGET_FIELDS = {"exists": "exists", "file": "file", "schema": "instance", "sql": "db"}
@@ -87,7 +87,7 @@ def _module_files(module: str, roots: Sequence[str], root: Path) -> list[tuple[P
         portions: list[Path] = []
         for folder in folders:
             if folder not in inside:
-                where = folder.resolve()
+                where = real(folder)
                 inside[folder] = where == root or root in where.parents
             package = folder / name
             tried = [package / f"__init__{s}" for s in MODULE_SUFFIXES]
@@ -194,10 +194,10 @@ def command_files(command: str, rootdir: Path) -> list[Path]:
         words = shlex.split(command)
     except ValueError:
         return []
-    root = rootdir.resolve()
+    root = real(rootdir)
     out = []
     for word in words:
-        path = (rootdir / word).resolve() if not word.startswith("-") else None
+        path = real(rootdir / word) if not word.startswith("-") else None
         if path is not None and path.is_file() and root in path.parents:
             out.append(path)
     return out

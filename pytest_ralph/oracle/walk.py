@@ -48,11 +48,19 @@ _STDLIB_NAMES = frozenset(sys.stdlib_module_names)
 _CODE_SUFFIXES = (*MODULE_SUFFIXES, ".py", ".pyw", ".pyc", ".so", ".pyd")
 
 
+def real(path: Path) -> Path:
+    """``path`` absolute, its symbolic links resolved as far as they go
+    (:func:`os.path.realpath`): unlike :meth:`pathlib.Path.resolve` on Python < 3.13, a link
+    loop (``a -> b -> a``, which an agent can commit) raises no :class:`RuntimeError`: the
+    path is left where the loop starts, and reading it fails as a missing file does."""
+    return Path(os.path.realpath(path))
+
+
 def relative(path: Path, root: Path) -> str:
     """``path`` (symbolic links resolved) relative to the resolved rootdir ``root``, as a
     POSIX path (``.`` for the rootdir itself); ``str(path)`` when it is outside."""
     try:
-        return path.resolve().relative_to(root).as_posix()
+        return real(path).relative_to(root).as_posix()
     except ValueError:
         return str(path)
 
@@ -67,7 +75,7 @@ def chain(folder: Path, root: Path) -> list[Path]:
     """``folder`` and each of its parents up to the resolved rootdir ``root``, resolved; just
     ``folder`` when it is not inside ``root``."""
     out = []
-    here = folder.resolve()
+    here = real(folder)
     while True:
         out.append(here)
         if here == root or root not in here.parents:
@@ -126,7 +134,7 @@ def config_digest(inifile: Path, root: Path) -> str:
     except (ValueError, configparser.Error, AttributeError):
         return "unparsable: " + hashlib.sha256(raw).hexdigest()
     if section is None and inifile.name not in _ALWAYS_TAKEN and (
-            inifile.name != "pyproject.toml" or inifile.resolve().parent == root):
+            inifile.name != "pyproject.toml" or real(inifile).parent == root):
         return ABSENT
     return hashlib.sha256(json.dumps(section, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -157,7 +165,7 @@ def basedir(folder: Path) -> Path:
     """The folder pytest's ``prepend`` import mode inserts first on ``sys.path`` to import a
     module (a test file or ``conftest.py``) in ``folder``: the first of ``folder`` and its
     parents without an ``__init__.py`` (resolved)."""
-    here = folder.resolve()
+    here = real(folder)
     while os.path.isfile(os.path.join(here, "__init__.py")) and here.parent != here:
         here = here.parent
     return here
@@ -311,7 +319,7 @@ def found_elsewhere(name: str, root: Path) -> bool:
             return True
         path = []
         for entry in sys.path:
-            where = Path(entry or ".").resolve()
+            where = real(Path(entry or "."))
             if where != root and root not in where.parents:
                 path.append(entry)
         spec = importlib.machinery.PathFinder.find_spec(name, path)

@@ -11,6 +11,11 @@ command in its own process group, killed after :data:`GIT_TIMEOUT` seconds; hook
   whether it fails.
 * :func:`list_worktrees` reads ``git worktree list --porcelain``; :func:`same_path` compares two
   paths as the file system resolves them.
+* :func:`worktree_gitdir` finds a linked worktree's git folder from the repository's own
+  records, so that git can be pointed at it (``--git-dir``) whatever the worktree's ``.git``
+  file says.
+  :func:`at_worktree` gives the arguments that do so; :func:`points_to` checks the
+  worktree's ``.git`` file and :func:`restore_gitfile` writes it back as git made it.
 * :func:`identity` gives a commit an author and committer when git has none configured.
 
 This module does not import pytest.
@@ -18,14 +23,31 @@ This module does not import pytest.
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
 from pathlib import Path
 
+from ..util.files import atomic_write_text
 from ..util.git import git_env
 from ..util.process import run_in_group
 
-__all__ = ["CONFIG", "FALLBACK_EMAIL", "FALLBACK_NAME", "GIT_TIMEOUT", "WorktreeError", "fails",
-           "git", "identity", "list_worktrees", "same_path"]
+__all__ = [
+    "CONFIG",
+    "FALLBACK_EMAIL",
+    "FALLBACK_NAME",
+    "GIT_TIMEOUT",
+    "WorktreeError",
+    "at_worktree",
+    "fails",
+    "git",
+    "identity",
+    "list_worktrees",
+    "points_to",
+    "restore_gitfile",
+    "same_path",
+    "worktree_gitdir",
+]
 
 #: Seconds each git command may take (a worktree checkout of a large project included).
 GIT_TIMEOUT = 120.0
@@ -119,11 +141,38 @@ def list_worktrees(top: Path) -> list[dict[str, str]]:
 
 def same_path(a: Path | str, b: Path | str) -> bool:
     """Whether ``a`` and ``b`` name the same path once resolved (symbolic links followed);
-    ``False`` when either cannot be resolved. Never raises."""
+    ``False`` when either cannot be resolved. Never raises (a symbolic link loop included)."""
     try:
-        return Path(a).resolve() == Path(b).resolve()
-    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+    except (OSError, ValueError):
         return False
+
+
+def worktree_gitdir(top: Path, path: Path) -> Path | None:
+    """The git folder of the linked worktree at ``path`` of the repository at ``top``
+    (``<common .git>/worktrees/<name>``), found from the repository's own records (each
+    entry's ``gitdir`` file names the worktree's ``.git``), never from the worktree's ``.git``
+    file, which code run in the worktree could have rewritten to point git at a folder of its
+    own (its ``config`` then names filters and other commands git runs). ``None`` when no
+    entry names ``path``.
+
+    Raises:
+        WorktreeError: git failed.
+    """
+    common = git(top, "rev-parse", "--path-format=absolute", "--git-common-dir")[1].strip()
+    entries = Path(common) / "worktrees"
+    try:
+        names = sorted(entries.iterdir())
+    except OSError:
+        return None
+    for entry in names:
+        try:
+            named = (entry / "gitdir").read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if named and same_path(Path(named).parent, path):
+            return entry
+    return None
 
 
 def identity(where: Path) -> tuple[str, ...]:
@@ -142,3 +191,44 @@ def identity(where: Path) -> tuple[str, ...]:
     if fails(where, "config", "--get", "user.email"):
         extra.append(f"user.email={FALLBACK_EMAIL}")
     return tuple(extra)
+
+
+def points_to(path: Path, gitdir: Path) -> bool:
+    """Whether the linked worktree at ``path`` has the ``.git`` file git writes for it: a
+    regular file (no symbolic link) ``gitdir: <path>`` naming ``gitdir``. Never raises."""
+    dotgit = path / ".git"
+    try:
+        if dotgit.is_symlink() or not dotgit.is_file():
+            return False
+        text = dotgit.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    first, _, rest = text.partition("\n")
+    return first.startswith("gitdir: ") and not rest.strip() and same_path(
+        first[len("gitdir: "):], gitdir)
+
+
+def restore_gitfile(path: Path, gitdir: Path) -> None:
+    """Put the ``.git`` file of the linked worktree at ``path`` back as git writes it
+    (``gitdir: <gitdir>``, :func:`worktree_gitdir`), whatever code run there made of it (a
+    file pointing elsewhere, a folder, a symbolic link); nothing is written when it is right
+    (:func:`points_to`).
+
+    Raises:
+        OSError: it cannot be written.
+    """
+    if points_to(path, gitdir):
+        return
+    dotgit = path / ".git"
+    if dotgit.is_dir() and not dotgit.is_symlink():
+        shutil.rmtree(dotgit, ignore_errors=True)
+    else:
+        dotgit.unlink(missing_ok=True)
+    atomic_write_text(dotgit, f"gitdir: {gitdir}\n")
+
+
+def at_worktree(path: Path, gitdir: Path | None) -> tuple[str, ...]:
+    """The arguments that point a git command at the linked worktree ``path`` and its git
+    folder ``gitdir`` (``--git-dir``, ``--work-tree``), before the command's name, so that git
+    never reads the worktree's ``.git`` file; ``()`` when ``gitdir`` is ``None``."""
+    return () if gitdir is None else (f"--git-dir={gitdir}", f"--work-tree={path}")

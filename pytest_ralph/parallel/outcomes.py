@@ -9,7 +9,7 @@ This module does not import pytest.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..checks.results import CheckResults
@@ -41,12 +41,20 @@ class CheckOutcome:
             message on one line, at most :data:`FAILURE_CHARS` characters), in check order.
         errors: what kept criteria from being checked (a collection error, a gate that did not
             run); a check with errors verifies no story.
+        claimed: the keys of the criteria that passed on their story's claim (text criteria
+            without a check, ``"passes": true``), not on a check: said in :attr:`summary`;
+            under ``--ralph-strict`` there are none (they fail).
+        imports: what the check's processes imported
+            (:attr:`pytest_ralph.checks.results.CheckResults.imports`, when the gate asked),
+            for the queue's guard of the names the checks import; not kept in JSON.
     """
 
     criteria: Mapping[str, bool]
     stories: Mapping[str, bool]
     failures: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
+    claimed: tuple[str, ...] = ()
+    imports: tuple[dict[str, Any], ...] = field(default=(), compare=False, repr=False)
 
     @classmethod
     def from_results(cls, results: CheckResults) -> CheckOutcome:
@@ -56,7 +64,9 @@ class CheckOutcome:
                    for story, items in results.by_story().items()}
         failures = tuple(f"{c.key}: {one_line(c.message) or 'failed'}"
                          for c in results.failing)
-        return cls(criteria, stories, failures, tuple(one_line(e) for e in results.errors))
+        claimed = tuple(c.key for c in results.criteria if c.passed and c.claimed)
+        return cls(criteria, stories, failures, tuple(one_line(e) for e in results.errors),
+                   claimed, results.imports)
 
     def verified(self, story_id: str) -> bool:
         """Whether the check verified ``story_id``: it has criteria, all passed, no error."""
@@ -74,18 +84,22 @@ class CheckOutcome:
 
     @property
     def summary(self) -> str:
-        """One line: ``5/6 criteria passed`` (``, 1 error`` when there were errors)."""
+        """One line: ``5/6 criteria passed`` (``, 1 claimed, not verified`` when some passed
+        on their story's claim; ``, 1 error`` when there were errors)."""
         passed = sum(1 for ok in self.criteria.values() if ok)
         text = f"{passed}/{len(self.criteria)} criteria passed"
+        if self.claimed:
+            text += f", {len(self.claimed)} claimed, not verified"
         if self.errors:
             text += f", {len(self.errors)} error{'s' if len(self.errors) > 1 else ''}"
         return text
 
     def to_json(self) -> dict[str, Any]:
         """As a JSON-ready dict: ``{"criteria": {key: bool}, "stories": {id: bool},
-        "failures": [str], "errors": [str]}``."""
+        "failures": [str], "errors": [str], "claimed": [str]}``."""
         return {"criteria": dict(self.criteria), "stories": dict(self.stories),
-                "failures": list(self.failures), "errors": list(self.errors)}
+                "failures": list(self.failures), "errors": list(self.errors),
+                "claimed": list(self.claimed)}
 
     @classmethod
     def from_json(cls, data: Any) -> CheckOutcome:
@@ -101,7 +115,7 @@ class CheckOutcome:
         if not (_bool_map(criteria) and _bool_map(stories)):
             raise ValueError("a check outcome's criteria and stories map names to true/false")
         return cls(dict(criteria), dict(stories), _strings(data.get("failures", [])),
-                   _strings(data.get("errors", [])))
+                   _strings(data.get("errors", [])), _strings(data.get("claimed", [])))
 
 
 def _bool_map(value: Any) -> bool:

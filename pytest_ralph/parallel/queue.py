@@ -10,7 +10,7 @@ key>/integration``; the user's branch, index and working tree are not touched un
    aborted (``git merge --abort``) and reported with the conflicting paths: outcome
    ``conflict``;
 2. the whole check phase in the integration worktree (the ``check`` callable, for production
-   :func:`gate_check`);
+   :func:`pytest_ralph.parallel.gate.gate_check`);
 3. the merge is kept (``merged``) only when every criterion of the story passes and no
    criterion that passed before the merge fails now; otherwise the integration branch is reset
    (``git reset --hard``) to where it was, outcome ``regressed`` (criteria that passed before
@@ -39,39 +39,40 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
-import tempfile
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..checks.phase import CheckPhaseConfig, run_check_phase
-from ..oracle.bytecode import TrustedBytecode
 from ..oracle.snapshot import Change, Snapshot, compare, snapshot
 from ..prd.errors import PRDError
 from ..prd.load import load_prd
-from ..sandbox.bwrap import Sandbox
-from ..util.env import CONTROLLER_ENV
 from ..util.files import atomic_write_text
-from .gitcmd import WorktreeError, fails, git, identity, list_worktrees, same_path
+from .gitcmd import (
+    WorktreeError,
+    at_worktree,
+    fails,
+    git,
+    identity,
+    list_worktrees,
+    restore_gitfile,
+    same_path,
+    worktree_gitdir,
+)
 from .names import BRANCH_PREFIX, INTEGRATION, lane_key
-from .outcomes import OUTCOMES, CheckOutcome, FinishResult, MergeResult, one_line
+from .outcomes import OUTCOMES, CheckOutcome, FinishResult, MergeResult
 from .worktrees import LANES, Repo, ensure_ignored, uncommitted
 
 __all__ = ["INTEGRATION", "OUTCOMES", "QUEUE_FILE", "QUEUE_VERSION", "CheckOutcome",
-           "FinishResult", "MergeQueue", "MergeResult", "QueueError", "describe_gate",
-           "gate_around", "gate_check", "integration_branch"]
+           "FinishResult", "MergeQueue", "MergeResult", "QueueError", "integration_branch"]
 
 #: The file of the queue's history, in ``<state folder>/lanes/<run key>/``.
 QUEUE_FILE = "queue.json"
 
 #: The version of :data:`QUEUE_FILE`'s format.
 QUEUE_VERSION = 1
-
-#: Seconds a :func:`gate_check` check phase may take before its process group is killed.
-CHECK_TIMEOUT = 3600.0
 
 
 class QueueError(Exception):
@@ -93,6 +94,7 @@ class _State:
     check: CheckOutcome | None = None  # the last check, of check_commit
     check_commit: str | None = None
     results: list[MergeResult] = field(default_factory=list)
+    watched: dict[str, tuple[str, ...]] | None = None  # the gate's (Gate.watched)
 
 
 class MergeQueue:
@@ -108,7 +110,11 @@ class MergeQueue:
         base_commit: the commit the run started from (the lanes' base).
         check: runs the whole check phase in the folder it is given (the project folder inside
             the integration worktree) and returns what it found; for production
-            :func:`gate_check`. It must not raise for failing criteria.
+            :func:`pytest_ralph.parallel.gate.gate_check`. It must not raise for failing
+            criteria. A check with an ``oracle(folder, start)`` method and a ``watched``
+            attribute (:class:`pytest_ralph.parallel.gate.Gate`) gives the queue its oracle
+            (the names the checks import guarded too), and its ``watched`` is kept in
+            ``queue.json`` and given back (``learn``) on a resume.
         prd: the PRD, relative to the project folder. When given, a merge that changes what
             judges the criteria (the oracle of :func:`pytest_ralph.oracle.snapshot.snapshot`:
             the PRD's criteria, the tests and files they name, ``conftest.py`` files, the
@@ -132,8 +138,12 @@ class MergeQueue:
         self.path = self.run_dir / INTEGRATION
         self.file = self.run_dir / QUEUE_FILE
         self.base = self._commit(base_commit, f"the base commit {base_commit!r}")
-        saved = self._load()
+        saved = _read_state(self.file, self.base)
         self._state = saved if saved is not None else _State(self.base)
+        learn = getattr(check, "learn", None)
+        if callable(learn):
+            learn(self._state.watched)
+        self._gitdir: Path | None = None
         self._open_worktree()
         self._save()
 
@@ -190,22 +200,22 @@ class MergeQueue:
         judges = self._oracle()
         code, _, _ = self._git("merge", "--no-ff", "--no-edit", "-m",
                                f"ralph: merge story {story_id} ({branch})", lane_commit,
-                               ok=(0, 1), config=identity(self.path))
+                               ok=(0, 1), config=identity(self.repo.top))
         if code != 0:
             paths = self._conflicts()
             self._git("merge", "--abort", ok=(0, 128))
             self._reset(before)
             return self._record(_conflict_result(story_id, branch, lane_commit, before,
                                                       paths))
-        after = self._head()
-        changed = self._judges_changed(judges)
-        if changed:
-            self._reset(before)
-            return self._record(_judges_result(story_id, branch, lane_commit, before,
-                                                    changed))
-        try:
-            outcome = self.check(self.project)
-        except BaseException:  # an interrupt, a check that crashed: nothing unchecked is kept
+        try:  # an interrupt, a check or oracle that crashed: nothing unchecked is kept
+            after = self._head()
+            changed = self._judges_changed(judges)
+            if changed:
+                self._reset(before)
+                return self._record(_judges_result(story_id, branch, lane_commit, before,
+                                                   changed))
+            outcome = self._checked()
+        except BaseException:
             self._reset(before)
             raise
         regressed = outcome.regressions(baseline)
@@ -215,20 +225,8 @@ class MergeQueue:
             return self._record(MergeResult(story_id, branch, "merged", lane_commit, before,
                                             after, outcome.summary, at=time.time()))
         self._reset(before)
-        if regressed:
-            lines = [f"{k}: passed before this merge, fails after it" for k in regressed]
-            fails = tuple(f for f in outcome.failures
-                          if f.split(": ", 1)[0] in set(regressed))
-            return self._record(MergeResult(
-                story_id, branch, "regressed", lane_commit, before, before,
-                f"{outcome.summary}; {len(regressed)} regressed", regressed=tuple(regressed),
-                failures=(*lines, *fails, *outcome.story_failures(story_id)),
-                at=time.time()))
-        own = outcome.story_failures(story_id) or [
-            f"{story_id}: no criterion of this story was checked on the integration branch"]
-        return self._record(MergeResult(story_id, branch, "story-failed", lane_commit, before,
-                                        before, outcome.summary, failures=tuple(own),
-                                        at=time.time()))
+        return self._record(_refused_result(story_id, branch, lane_commit, before, outcome,
+                                            regressed))
 
     def merge_batch(self, items: Sequence[tuple[str, str]]) -> list[MergeResult]:
         """Merge several lanes' branches, ``(story id, branch)`` each, and check them once.
@@ -267,14 +265,18 @@ class MergeQueue:
             judges = self._oracle()
             code, _, _ = self._git("merge", "--no-ff", "--no-edit", "-m",
                                    f"ralph: merge story {story_id} ({branch})", lane_commit,
-                                   ok=(0, 1), config=identity(self.path))
+                                   ok=(0, 1), config=identity(self.repo.top))
             if code != 0:
                 paths = self._conflicts()
                 self._git("merge", "--abort", ok=(0, 128))
                 self._reset(at)
                 refused[n] = _conflict_result(story_id, branch, lane_commit, at, paths)
                 continue
-            changed = self._judges_changed(judges)
+            try:
+                changed = self._judges_changed(judges)
+            except BaseException:  # nothing unchecked is kept
+                self._reset(before)
+                raise
             if changed:
                 self._reset(at)
                 refused[n] = _judges_result(story_id, branch, lane_commit, at, changed)
@@ -283,7 +285,7 @@ class MergeQueue:
         if not kept:
             return [self._record(refused[n]) for n in range(len(items))]
         try:
-            outcome = self.check(self.project)
+            outcome = self._checked()
         except BaseException:  # an interrupt, a check that crashed: nothing unchecked is kept
             self._reset(before)
             raise
@@ -318,7 +320,20 @@ class MergeQueue:
         if self.prd is None:
             return None
         project = self.project
+        oracle = getattr(self.check, "oracle", None)
+        if callable(oracle):
+            taken: Snapshot = oracle(project, start)
+            return taken
         return snapshot(load_prd(project / self.prd), project, start=start)
+
+    def _checked(self) -> CheckOutcome:
+        """The check of the integration worktree as it is; what the gate learnt of the
+        imports is kept for a resume."""
+        outcome = self.check(self.project)
+        watched = getattr(self.check, "watched", None)
+        if isinstance(watched, dict) and watched != self._state.watched:
+            self._state.watched = {str(k): tuple(v) for k, v in watched.items()}
+        return outcome
 
     def _judges_changed(self, judges: Snapshot | None) -> list[str]:
         """What the merge just made changed of the oracle ``judges`` (taken before it), one
@@ -329,6 +344,8 @@ class MergeQueue:
             now = self._oracle(start=judges)
         except PRDError as exc:
             return [f"the PRD no longer loads ({exc})"]
+        except (OSError, RuntimeError, ValueError) as exc:  # a symbolic link loop, say
+            return [f"what judges the criteria cannot be read ({exc})"]
         assert now is not None
         changes: list[Change] = compare(judges, now)
         return [ch.describe() for ch in changes]
@@ -347,7 +364,10 @@ class MergeQueue:
         if last is not None:
             return last
         self._clean()
-        outcome = self.check(self.project)
+        try:
+            outcome = self._checked()
+        finally:
+            self._restore_gitfile()
         self._state.check, self._state.check_commit = outcome, self._state.head
         self._save()
         return outcome
@@ -415,9 +435,13 @@ class MergeQueue:
             QueueError: git failed.
         """
         top = self.repo.top
+        self._restore_gitfile()
         for w in list_worktrees(top):
             if same_path(w["worktree"], self.path):
-                self._git_at(top, "worktree", "remove", "--force", "--force", str(self.path))
+                code = self._git_at(top, "worktree", "remove", "--force", "--force",
+                                    str(self.path), ok=tuple(range(256)))[0]
+                if code != 0 and self.path.is_dir():  # git refused the folder: it goes anyway
+                    shutil.rmtree(self.path, ignore_errors=True)
         self._git_at(top, "worktree", "prune")
 
     def remove_branch(self) -> None:
@@ -437,19 +461,33 @@ class MergeQueue:
             {"version": 1, "run": "<run id>", "branch": "ralph/<run>/integration",
              "base": "<sha>", "head": "<sha>", "check_commit": "<sha>" | null,
              "check": CheckOutcome.to_json() | null,
-             "results": [MergeResult.to_json(), ...]}
+             "results": [MergeResult.to_json(), ...],
+             "watched": {subject: [parameter, ...]} | null}
+
+        (``watched``: what the gate learnt the checks import, :attr:`pytest_ralph.parallel.
+        gate.Gate.watched`; absent in files of earlier versions.)
         """
         s = self._state
         return {"version": QUEUE_VERSION, "run": self.run_id, "branch": self.branch,
                 "base": self.base, "head": s.head, "check_commit": s.check_commit,
                 "check": s.check.to_json() if s.check is not None else None,
-                "results": [r.to_json() for r in s.results]}
+                "results": [r.to_json() for r in s.results],
+                "watched": None if s.watched is None else {
+                    k: list(v) for k, v in s.watched.items()}}
 
     # -- private ------------------------------------------------------------------------
 
     def _git(self, *args: str, ok: tuple[int, ...] = (0,),
              config: tuple[str, ...] = ()) -> tuple[int, str, str]:
-        return self._git_at(self.path, *args, ok=ok, config=config)
+        """git in the integration worktree, pointed at its git folder as the repository
+        records it (never as its ``.git`` file says: a gate's code could rewrite that file
+        to make the next command run a filter of its own, outside any sandbox)."""
+        return self._git_at(self.path, *at_worktree(self.path, self._gitdir), *args, ok=ok,
+                            config=config)
+
+    def _restore_gitfile(self) -> None:
+        if self._gitdir is not None:
+            restore_gitfile(self.path, self._gitdir)
 
     @staticmethod
     def _git_at(cwd: Path, *args: str, ok: tuple[int, ...] = (0,),
@@ -497,10 +535,12 @@ class MergeQueue:
         """Drop what a check left in the integration worktree (tracked changes, untracked
         files, ignored ones too: a file an earlier check made must not pass a later story),
         so that the next merge starts from the head itself."""
+        self._restore_gitfile()
         self._git("reset", "-q", "--hard", self._state.head)
         self._git("clean", "-q", "-f", "-f", "-d", "-x")
 
     def _reset(self, commit: str) -> None:
+        self._restore_gitfile()
         self._git("reset", "-q", "--hard", commit)
         self._git("clean", "-q", "-f", "-f", "-d", "-x")
 
@@ -522,33 +562,6 @@ class MergeQueue:
         atomic_write_text(self.file, json.dumps(self.to_json(), indent=1, ensure_ascii=False)
                           + "\n")
 
-    def _load(self) -> _State | None:
-        if not self.file.exists():
-            return None
-        aside = f"move it aside (mv {self.file} {self.file}.old) to start the queue again"
-        try:
-            data = json.loads(self.file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise QueueError(f"cannot read the merge queue {self.file}: {exc}; {aside}") from None
-        try:
-            if not isinstance(data, dict) or data.get("version") != QUEUE_VERSION:
-                raise ValueError(f"expected an object with \"version\": {QUEUE_VERSION}")
-            if data.get("base") != self.base:
-                raise ValueError(f"it was made from base {data.get('base')!r}, not {self.base}")
-            head = data.get("head")
-            commit = data.get("check_commit")
-            if not isinstance(head, str) or not (commit is None or isinstance(commit, str)):
-                raise ValueError("expected \"head\" (a commit id) and \"check_commit\"")
-            check = None if data.get("check") is None else CheckOutcome.from_json(data["check"])
-            results = data.get("results")
-            if not isinstance(results, list):
-                raise ValueError("expected \"results\", a list")
-            state = _State(head, check, commit, [MergeResult.from_json(r) for r in results])
-        except ValueError as exc:
-            raise QueueError(f"the merge queue {self.file} is not one of this run: {exc}; "
-                             f"{aside}") from None
-        return state
-
     def _open_worktree(self) -> None:
         """Make or reuse the integration branch and worktree; put both at the recorded head
         (a merge a crash left unfinished or unchecked is undone)."""
@@ -561,9 +574,11 @@ class MergeQueue:
                                  "to start the queue again")
             self._git_at(top, "branch", "--no-track", self.branch, self._state.head)
         registered = [w for w in list_worktrees(top) if same_path(w["worktree"], self.path)]
+        self._gitdir = worktree_gitdir(top, self.path) if registered else None
         ready = bool(registered) and "prunable" not in registered[0] and \
-            registered[0].get("branch") == ref and (self.path / ".git").is_file()
+            registered[0].get("branch") == ref and self._gitdir is not None
         if not ready:
+            self._gitdir = None
             if self.path.exists():
                 self.path.rename(self.path.with_name(f"{INTEGRATION}.broken-{int(time.time())}"))
             self._git_at(top, "worktree", "prune")
@@ -573,9 +588,71 @@ class MergeQueue:
             ensure_ignored(self.repo.state_dir)
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._git_at(top, "worktree", "add", str(self.path), self.branch)
-        if not fails(self.path, "rev-parse", "-q", "--verify", "MERGE_HEAD"):
+            self._gitdir = worktree_gitdir(top, self.path)
+            if self._gitdir is None:
+                raise QueueError(f"git made the worktree {self.path} but records no git "
+                                 f"folder for it in {top}")
+        self._restore_gitfile()
+        if self._git("rev-parse", "-q", "--verify", "MERGE_HEAD", ok=tuple(range(256)))[0] == 0:
             self._git("merge", "--abort", ok=(0, 128))
         self._reset(self._state.head)
+
+
+def _read_state(file: Path, base: str) -> _State | None:
+    """The queue's state as ``file`` (``queue.json``) holds it; ``None`` when there is none.
+
+    Raises:
+        QueueError: it is unreadable, or of another base commit.
+    """
+    if not file.exists():
+        return None
+    aside = f"move it aside (mv {file} {file}.old) to start the queue again"
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise QueueError(f"cannot read the merge queue {file}: {exc}; {aside}") from None
+    try:
+        if not isinstance(data, dict) or data.get("version") != QUEUE_VERSION:
+            raise ValueError(f"expected an object with \"version\": {QUEUE_VERSION}")
+        if data.get("base") != base:
+            raise ValueError(f"it was made from base {data.get('base')!r}, not {base}")
+        head = data.get("head")
+        commit = data.get("check_commit")
+        if not isinstance(head, str) or not (commit is None or isinstance(commit, str)):
+            raise ValueError("expected \"head\" (a commit id) and \"check_commit\"")
+        check = None if data.get("check") is None else CheckOutcome.from_json(data["check"])
+        results = data.get("results")
+        if not isinstance(results, list):
+            raise ValueError("expected \"results\", a list")
+        watched = data.get("watched")
+        if watched is not None and not (isinstance(watched, dict) and all(
+                isinstance(v, list) and all(isinstance(x, str) for x in v)
+                for v in watched.values())):
+            raise ValueError("expected \"watched\", subjects naming lists of strings")
+        state = _State(head, check, commit, [MergeResult.from_json(r) for r in results],
+                       None if watched is None else {
+                           str(k): tuple(v) for k, v in watched.items()})
+    except ValueError as exc:
+        raise QueueError(f"the merge queue {file} is not one of this run: {exc}; "
+                         f"{aside}") from None
+    return state
+
+
+def _refused_result(story_id: str, branch: str, lane_commit: str, at: str,
+                    outcome: CheckOutcome, regressed: Sequence[str]) -> MergeResult:
+    """The result of a merge at ``at`` that the check ``outcome`` refused: ``regressed`` (the
+    criteria ``regressed`` passed before it) or ``story-failed`` (the story's own criteria)."""
+    if regressed:
+        lines = [f"{k}: passed before this merge, fails after it" for k in regressed]
+        failed = tuple(f for f in outcome.failures if f.split(": ", 1)[0] in set(regressed))
+        return MergeResult(
+            story_id, branch, "regressed", lane_commit, at, at,
+            f"{outcome.summary}; {len(regressed)} regressed", regressed=tuple(regressed),
+            failures=(*lines, *failed, *outcome.story_failures(story_id)), at=time.time())
+    own = outcome.story_failures(story_id) or [
+        f"{story_id}: no criterion of this story was checked on the integration branch"]
+    return MergeResult(story_id, branch, "story-failed", lane_commit, at, at, outcome.summary,
+                       failures=tuple(own), at=time.time())
 
 
 def _conflict_result(story_id: str, branch: str, lane_commit: str, at: str,
@@ -598,124 +675,3 @@ def _judges_result(story_id: str, branch: str, lane_commit: str, at: str,
             "may change the code, not the PRD's criteria, the tests they name, "
             "conftest.py or the pytest configuration" for line in changed),
         at=time.time())
-
-
-# -- the production check ---------------------------------------------------------------------
-
-
-def gate_around(repo: Repo) -> tuple[Path, ...]:
-    """The folders a confined gate gets read-only around its integration worktree: the
-    user's working tree (``repo.top``) and the repository's ``.git`` folder (its common
-    folder: config, hooks, refs, objects, and the ``worktrees/`` entry the integration
-    worktree's ``.git`` file points into), wherever it is.
-
-    Raises:
-        QueueError: git failed.
-    """
-    try:
-        common = git(repo.top, "rev-parse", "--path-format=absolute",
-                     "--git-common-dir")[1].strip()
-    except WorktreeError as exc:
-        raise QueueError(str(exc)) from None
-    return (repo.top, *([Path(common)] if common else []))
-
-
-def describe_gate(sandbox: Sandbox | None, *, done: bool = True) -> str:
-    """One sentence for the merge output, the report and the job summary: what the gate, which
-    runs the lanes' code, could write (``done``: in the past tense, else the present)."""
-    runs, could, can = ("ran", "could", "could") if done else ("runs", "may", "can")
-    if sandbox is not None and sandbox.confined:
-        return (f"the gate {runs} the lanes' code {sandbox.describe()}: it {could} write only "
-                "the integration worktree (less the PRD and the files that judge it) and a "
-                "private results folder; your working tree, .git, the state folder and your "
-                "home are read-only to it")
-    why = sandbox.reason if sandbox is not None else "no sandbox given"
-    return (f"the gate {runs} the lanes' code UNCONFINED ({why}): their checks {can} write "
-            "anything you can (your working tree, .git/config and hooks, your home); install "
-            "bubblewrap and set ralph_sandbox = required to confine it")
-
-
-def gate_check(prd: Path, *, python: str = sys.executable, timeout: float = CHECK_TIMEOUT,
-               args: Sequence[str] = (), sandbox: Sandbox | None = None,
-               state_dir: Path | None = None, around: Sequence[Path] = (),
-               inifile: Path | None = None, bytecode: TrustedBytecode | None = None
-               ) -> Callable[[Path], CheckOutcome]:
-    """A ``check`` for :class:`MergeQueue`: the gate, ``pytest <prd> --ralph-results PATH
-    [args]`` run in the folder it is given as a check phase of the loop runs
-    (:func:`pytest_ralph.checks.phase.run_check_phase`: the launcher that a ``pytest.py`` of
-    the branch cannot stand in for, private bytecode, results in a private folder outside
-    the project, distrusted when they disagree with how the child ended, redacted).
-
-    The code on a lane's branch is agent code: with a ``sandbox`` that confines, the gate runs
-    under bubblewrap and may write only the folder it is given (less the PRD and the files
-    that judge its criteria, read-only) and its private results folder; ``state_dir``, the
-    paths ``around`` (:func:`gate_around`: the user's working tree, the repository's ``.git``),
-    the home folder and the rest stay read-only. Otherwise it runs unconfined, under the
-    supervisor (every process it starts dies with it); ``None``: unconfined, unsupervised.
-
-    Args:
-        prd: the PRD, relative to the project folder (the same place in every worktree).
-        python: the interpreter that runs pytest (one with pytest-ralph installed).
-        timeout: seconds before the gate's process group is killed.
-        args: more arguments for the gate.
-        sandbox: the run's sandbox (:func:`pytest_ralph.sandbox.bwrap.probe`).
-        state_dir: the run's state folder (read-only to a confined gate).
-        around: more read-only paths that hold the folder (see above).
-        inifile: the pytest configuration file, relative to the project folder (the copy in
-            the folder it is given is used) or absolute; ``None``: none (pytest's defaults,
-            never a file above the project).
-        bytecode: the bytecode folder the gates of the run share
-            (:meth:`pytest_ralph.oracle.bytecode.TrustedBytecode.for_run`: only the controller
-            compiles into it, read-only to a confined gate), so that each gate does not
-            compile pytest again (about a second); ``None``: a fresh folder per gate.
-
-    Returns:
-        the callable. A gate that writes no results (a crash, a timeout), checks no criterion
-        or exits with another status than 0 or 1 (a usage error: no such PRD) gives an
-        outcome with that as an error (nothing verified), with the end of its output.
-    """
-    rel = Path(prd)
-
-    def check(folder: Path) -> CheckOutcome:
-        path = folder / rel
-        judges: tuple[Path, ...] = ()
-        expected: tuple[tuple[str, str, str], ...] = ()
-        oracle: Snapshot | None = None
-        try:
-            loaded = load_prd(path)
-            oracle = snapshot(loaded, folder)
-            judges = oracle.judges(folder)
-            expected = tuple((st.id, c.id, c.text) for st in loaded.stories
-                             for c in st.criteria)
-        except (PRDError, OSError):
-            pass  # the gate's pytest says what is wrong with it
-        config = CheckPhaseConfig(
-            prd=path, rootdir=folder, python=python, timeout=timeout, extra_args=tuple(args),
-            inifile=None if inifile is None else folder / inifile, sandbox=sandbox,
-            state_dir=state_dir, judges=judges, oracle=oracle, expected=expected,
-            around=tuple(around), drop_env=("GITHUB_STEP_SUMMARY", CONTROLLER_ENV),
-            bytecode=bytecode)
-        with tempfile.TemporaryDirectory(prefix="pytest-ralph-queue-") as tmp:
-            try:
-                results = run_check_phase(config, Path(tmp))
-            except OSError as exc:
-                return CheckOutcome({}, {}, errors=(f"cannot run the gate: {exc}",))
-            try:
-                tail = (Path(tmp) / "check.log").read_bytes()[-2000:].decode("utf-8", "replace")
-            except OSError:
-                tail = ""
-        shown = f"the gate `pytest {shlex.quote(str(rel))}` in {folder}"
-        code = results.exitstatus
-        checked = [c for c in results.criteria if c.kind != "missing"]
-        if code in (0, 1) and checked:
-            return CheckOutcome.from_results(results)
-        if not checked:  # one error: what the phase said (a timeout, no results), or the tail
-            said = "; ".join(results.errors) or tail
-            return CheckOutcome({}, {}, errors=(
-                f"{shown} exited {code} after checking 0 criteria: {one_line(said)}",))
-        outcome = CheckOutcome.from_results(results)
-        return replace(outcome, errors=(*outcome.errors, (
-            f"{shown} exited {code} after checking {len(checked)} "
-            f"criteria: {one_line(tail)}")))
-
-    return check

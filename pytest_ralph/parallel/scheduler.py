@@ -179,7 +179,7 @@ class Options:
         max_bytes: the PRD size limit.
         tty: whether ``out`` is a terminal (one redrawn status line per lane).
         gate: what the merge queue's gate could write, one sentence
-            (:func:`pytest_ralph.parallel.queue.describe_gate`), said when the run starts and
+            (:func:`pytest_ralph.parallel.gate.describe_gate`), said when the run starts and
             in the report; ``""``: nothing said.
     """
 

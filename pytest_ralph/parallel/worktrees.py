@@ -40,11 +40,14 @@ from pathlib import Path
 from .gitcmd import GIT_TIMEOUT as GIT_TIMEOUT  # (API: the lanes' git timeout)
 from .gitcmd import WorktreeError as WorktreeError  # (API: what the lanes raise)
 from .gitcmd import (
+    at_worktree,
     fails,
     git,
     identity,
     list_worktrees,
+    points_to,
     same_path,
+    worktree_gitdir,
 )
 from .names import BRANCH_PREFIX, INTEGRATION, KEY_LENGTH, lane_key  # noqa: F401  (API)
 
@@ -317,7 +320,9 @@ def find_lanes(repo: Repo, run_id: str) -> list[Lane]:
 def lane_state(lane: Lane) -> str:
     """How the lane's worktree is: ``"ready"`` (registered, its folder there, on the lane's
     branch), ``"missing"`` (no folder, or the registration is gone) or ``"broken"`` (a folder
-    that is not the lane's worktree, or a worktree on another branch).
+    that is not the lane's worktree, a worktree on another branch, or one whose ``.git`` file
+    no longer names its git folder as the repository records it: rewritten by the agent, it
+    would point the controller's git at a configuration of the agent's).
 
     Raises:
         WorktreeError: git failed.
@@ -327,11 +332,13 @@ def lane_state(lane: Lane) -> str:
         return "missing"
     if not registered or "prunable" in registered[0]:
         return "broken"
-    if not (lane.path / ".git").is_file():
-        return "broken"
+    gitdir = worktree_gitdir(lane.repo.top, lane.path)
+    if gitdir is None or not points_to(lane.path, gitdir):
+        return "broken"  # a .git file the agent rewrote would point git at its own config
+    at = at_worktree(lane.path, gitdir)
     try:
-        top = git(lane.path, "rev-parse", "--show-toplevel")[1].strip()
-        head = git(lane.path, "symbolic-ref", "-q", "HEAD", ok=(0, 1))[1].strip()
+        top = git(lane.path, *at, "rev-parse", "--show-toplevel")[1].strip()
+        head = git(lane.path, *at, "symbolic-ref", "-q", "HEAD", ok=(0, 1))[1].strip()
     except WorktreeError:
         return "broken"
     if not same_path(top, lane.path) or head != f"refs/heads/{lane.branch}":
@@ -382,9 +389,10 @@ def remove_lane(lane: Lane, keep_branch: bool = False) -> None:
         WorktreeError: git failed.
     """
     top = lane.repo.top
-    for w in list_worktrees(top):
-        if same_path(w["worktree"], lane.path):
-            git(top, "worktree", "remove", "--force", "--force", str(lane.path))
+    for w in list_worktrees(top):  # a worktree whose .git file the agent rewrote: git refuses
+        if same_path(w["worktree"], lane.path):  # it ("does not point back"); it goes anyway
+            git(top, "worktree", "remove", "--force", "--force", str(lane.path),
+                ok=tuple(range(256)))
     if lane.path.exists() and lane.path.is_relative_to(lane.repo.state_dir / LANES):
         shutil.rmtree(lane.path)
     git(top, "worktree", "prune")
@@ -413,7 +421,8 @@ def cleanup(repo: Repo, run_id: str, keep: frozenset[str] = frozenset()) -> list
     run_dir = _run_dir(repo, run_id)
     for w in list_worktrees(repo.top):  # a worktree left under the run's folder, branch or not
         if Path(w["worktree"]).resolve().is_relative_to(run_dir.resolve()):
-            git(repo.top, "worktree", "remove", "--force", "--force", w["worktree"])
+            git(repo.top, "worktree", "remove", "--force", "--force", w["worktree"],
+                ok=tuple(range(256)))
     git(repo.top, "worktree", "prune")
     if run_dir.is_dir() and not kept:
         shutil.rmtree(run_dir)
@@ -458,8 +467,10 @@ def commit_all(lane: Lane, message: str) -> str | None:
         raise WorktreeError(f"the lane of story {lane.story_id!r} at {lane.path} is {state}: "
                             "repair it before committing")
     where = lane.path
-    git(where, "add", "-A", "--", ".")
-    if git(where, "diff", "--cached", "--quiet", ok=(0, 1))[0] == 0:
+    at = at_worktree(where, worktree_gitdir(lane.repo.top, where))
+    git(where, *at, "add", "-A", "--", ".")
+    if git(where, *at, "diff", "--cached", "--quiet", ok=(0, 1))[0] == 0:
         return None
-    git(where, "commit", "-q", "--no-verify", "-m", message, config=identity(where))
+    git(where, *at, "commit", "-q", "--no-verify", "-m", message,
+        config=identity(lane.repo.top))
     return lane_head(lane)

@@ -270,7 +270,7 @@ def merge_command(config: pytest.Config, settings: Settings) -> tuple[int, str]:
     top = Path(os.path.realpath(config.rootpath))
     done = merge(config.rootpath, settings.prd, args,
                  state_dir=settings.dir, max_bytes=settings.max_prd_bytes, sandbox=sandbox,
-                 inifile=gate_inifile(config, top, top))
+                 inifile=gate_inifile(config, top, top), strict=settings.strict)
     if stepsummary.target() is not None:
         warning = stepsummary.append(done.markdown())
         if warning:

@@ -84,7 +84,8 @@ def run_parallel(config: pytest.Config, settings: Settings) -> int:
     """
     from ..loop.records import EXIT_NO_CRITERIA, EXIT_USAGE
     from ..oracle.bytecode import TrustedBytecode
-    from ..parallel.queue import MergeQueue, describe_gate, gate_around, gate_check
+    from ..parallel.gate import describe_gate, gate_around, gate_check
+    from ..parallel.queue import MergeQueue
     from ..parallel.scheduler import Options, Queue, Scheduler
     from ..parallel.worktrees import Repo
     from ..prd.load import discover_prd
@@ -122,7 +123,7 @@ def run_parallel(config: pytest.Config, settings: Settings) -> int:
         gate = gate_check(prd_rel, python=sys.executable, sandbox=sandbox,
                           state_dir=repo.state_dir, around=gate_around(repo),
                           inifile=gate_inifile(config, repo.top, repo.project),
-                          bytecode=bytecode)
+                          bytecode=bytecode, strict=settings.strict)
         return MergeQueue(repo, run_id, base, gate, prd=prd_rel)
 
     try:

@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from pytest_ralph.parallel.queue import MergeQueue, gate_around, gate_check
+from pytest_ralph.parallel.gate import gate_around, gate_check
+from pytest_ralph.parallel.queue import MergeQueue
 from pytest_ralph.parallel.worktrees import commit_all, create_lane, preflight
 from pytest_ralph.sandbox.bwrap import probe
 from tests.support.env import clean_env

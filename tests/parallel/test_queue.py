@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from pytest_ralph.parallel.gate import gate_check
 from pytest_ralph.parallel.queue import (
     QUEUE_FILE,
     CheckOutcome,
     MergeQueue,
     MergeResult,
     QueueError,
-    gate_check,
     integration_branch,
 )
 from pytest_ralph.parallel.worktrees import Lane, Repo, commit_all, create_lane, preflight

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ralph.parallel.queue import CheckOutcome, MergeQueue, gate_check
+from pytest_ralph.parallel.gate import gate_check
+from pytest_ralph.parallel.queue import CheckOutcome, MergeQueue
 from pytest_ralph.parallel.worktrees import Lane, Repo, commit_all, create_lane, preflight
 from tests.support.git import git, isolate_git, needs_git
 
