@@ -214,10 +214,12 @@ def restore_gitfile(path: Path, gitdir: Path) -> None:
     file pointing elsewhere, a folder, a symbolic link); nothing is written when it is right
     (:func:`points_to`).
 
+    Nothing is done either when the worktree's folder is gone (removed).
+
     Raises:
         OSError: it cannot be written.
     """
-    if points_to(path, gitdir):
+    if not path.is_dir() or points_to(path, gitdir):
         return
     dotgit = path / ".git"
     if dotgit.is_dir() and not dotgit.is_symlink():
