@@ -114,6 +114,13 @@ class Gate:
         self.inifile, self.bytecode, self.strict = inifile, bytecode, strict
         self.watched: dict[str, tuple[str, ...]] | None = None
 
+    @property
+    def settings(self) -> dict[str, bool]:
+        """What the gate's verdicts are worth, kept in ``queue.json`` beside them:
+        ``{"confined": it runs under the sandbox, "strict": --ralph-strict}``."""
+        return {"confined": bool(self.sandbox is not None and self.sandbox.confined),
+                "strict": self.strict}
+
     def oracle(self, folder: Path, start: Snapshot | None = None) -> Snapshot:
         """The oracle of the project ``folder`` now: the PRD's judges
         (:func:`pytest_ralph.oracle.snapshot.snapshot`) and :attr:`watched`.

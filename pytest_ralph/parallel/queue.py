@@ -68,7 +68,19 @@ from .worktrees import LANES, Repo, ensure_ignored, uncommitted
 __all__ = ["INTEGRATION", "OUTCOMES", "QUEUE_FILE", "QUEUE_VERSION", "CheckOutcome",
            "FinishResult", "MergeQueue", "MergeResult", "QueueError", "integration_branch"]
 
-#: The file of the queue's history, in ``<state folder>/lanes/<run key>/``.
+#: The file of the queue's history, in ``<state folder>/lanes/<run key>/``::
+#:
+#:     {"version": 1, "run": "<run id>", "branch": "ralph/<run>/integration",
+#:      "base": "<sha>", "head": "<sha>", "check_commit": "<sha>" | null,
+#:      "check": CheckOutcome.to_json() | null,
+#:      "results": [MergeResult.to_json(), ...],
+#:      "watched": {subject: [parameter, ...]} | null,
+#:      "gate": {"confined": bool, "strict": bool} | null}
+#:
+#: ``watched``: what the gate learnt the checks import
+#: (:attr:`pytest_ralph.parallel.gate.Gate.watched`); ``gate``: the settings of the gate that
+#: made its verdicts (:attr:`pytest_ralph.parallel.gate.Gate.settings`); both absent in files
+#: of earlier versions.
 QUEUE_FILE = "queue.json"
 
 #: The version of :data:`QUEUE_FILE`'s format.
@@ -95,6 +107,7 @@ class _State:
     check_commit: str | None = None
     results: list[MergeResult] = field(default_factory=list)
     watched: dict[str, tuple[str, ...]] | None = None  # the gate's (Gate.watched)
+    gate: dict[str, bool] | None = None  # the gate's settings (Gate.settings)
 
 
 class MergeQueue:
@@ -138,8 +151,10 @@ class MergeQueue:
         self.path = self.run_dir / INTEGRATION
         self.file = self.run_dir / QUEUE_FILE
         self.base = self._commit(base_commit, f"the base commit {base_commit!r}")
-        saved = _read_state(self.file, self.base)
+        gate = getattr(check, "settings", None)
+        saved = _read_state(self.file, self.base, gate if isinstance(gate, dict) else None)
         self._state = saved if saved is not None else _State(self.base)
+        self._state.gate = gate if isinstance(gate, dict) else self._state.gate
         learn = getattr(check, "learn", None)
         if callable(learn):
             learn(self._state.watched)
@@ -209,7 +224,7 @@ class MergeQueue:
                                                       paths))
         try:  # an interrupt, a check or oracle that crashed: nothing unchecked is kept
             after = self._head()
-            changed = self._judges_changed(judges)
+            changed = self._judges_changed(judges, before)
             if changed:
                 self._reset(before)
                 return self._record(_judges_result(story_id, branch, lane_commit, before,
@@ -273,7 +288,7 @@ class MergeQueue:
                 refused[n] = _conflict_result(story_id, branch, lane_commit, at, paths)
                 continue
             try:
-                changed = self._judges_changed(judges)
+                changed = self._judges_changed(judges, at)
             except BaseException:  # nothing unchecked is kept
                 self._reset(before)
                 raise
@@ -335,9 +350,16 @@ class MergeQueue:
             self._state.watched = {str(k): tuple(v) for k, v in watched.items()}
         return outcome
 
-    def _judges_changed(self, judges: Snapshot | None) -> list[str]:
-        """What the merge just made changed of the oracle ``judges`` (taken before it), one
-        line each; ``[]`` when nothing (or there is no :attr:`prd`)."""
+    def _judges_changed(self, judges: Snapshot | None, at: str) -> list[str]:
+        """What the merge just made (onto ``at``) changed of the oracle ``judges`` (taken
+        before it), one line each, and the files it wrote into the state folder (the loop's
+        records, reports and locks: a fast-forward would put them into the user's); ``[]``
+        when nothing."""
+        names = self._git("diff", "--name-only", "--no-renames", "-z", at, "HEAD")[1]
+        state = _state_paths(self.repo, [n for n in names.split("\0") if n])
+        if state:
+            return [f"it writes into the state folder: {', '.join(state[:5])}"
+                    + (f", +{len(state) - 5} more" if len(state) > 5 else "")]
         if judges is None:
             return []
         try:
@@ -456,24 +478,15 @@ class MergeQueue:
         self._git_at(self.repo.top, "branch", "-D", self.branch)
 
     def to_json(self) -> dict[str, Any]:
-        """The queue as ``queue.json`` holds it::
-
-            {"version": 1, "run": "<run id>", "branch": "ralph/<run>/integration",
-             "base": "<sha>", "head": "<sha>", "check_commit": "<sha>" | null,
-             "check": CheckOutcome.to_json() | null,
-             "results": [MergeResult.to_json(), ...],
-             "watched": {subject: [parameter, ...]} | null}
-
-        (``watched``: what the gate learnt the checks import, :attr:`pytest_ralph.parallel.
-        gate.Gate.watched`; absent in files of earlier versions.)
-        """
+        """The queue as ``queue.json`` holds it (the format is :data:`QUEUE_FILE`'s)."""
         s = self._state
         return {"version": QUEUE_VERSION, "run": self.run_id, "branch": self.branch,
                 "base": self.base, "head": s.head, "check_commit": s.check_commit,
                 "check": s.check.to_json() if s.check is not None else None,
                 "results": [r.to_json() for r in s.results],
                 "watched": None if s.watched is None else {
-                    k: list(v) for k, v in s.watched.items()}}
+                    k: list(v) for k, v in s.watched.items()},
+                "gate": s.gate}
 
     # -- private ------------------------------------------------------------------------
 
@@ -598,11 +611,14 @@ class MergeQueue:
         self._reset(self._state.head)
 
 
-def _read_state(file: Path, base: str) -> _State | None:
+def _read_state(file: Path, base: str, gate: dict[str, bool] | None = None) -> _State | None:
     """The queue's state as ``file`` (``queue.json``) holds it; ``None`` when there is none.
+    ``gate``: the settings of this run's gate (``{"confined": bool, "strict": bool}``): a
+    queue whose verdicts a weaker gate made (unconfined, or without ``--ralph-strict``, when
+    this one is confined or strict; unknown counts as weaker) is not taken over.
 
     Raises:
-        QueueError: it is unreadable, or of another base commit.
+        QueueError: it is unreadable, of another base commit, or of a weaker gate.
     """
     if not file.exists():
         return None
@@ -632,10 +648,29 @@ def _read_state(file: Path, base: str) -> _State | None:
         state = _State(head, check, commit, [MergeResult.from_json(r) for r in results],
                        None if watched is None else {
                            str(k): tuple(v) for k, v in watched.items()})
+        made = data.get("gate")
+        state.gate = made if isinstance(made, dict) else None
     except ValueError as exc:
         raise QueueError(f"the merge queue {file} is not one of this run: {exc}; "
                          f"{aside}") from None
+    weaker = [what for key, what in (("confined", "confined by the sandbox"),
+                                     ("strict", "with --ralph-strict"))
+              if gate and gate.get(key) and (state.gate or {}).get(key) is not True]
+    if weaker and (state.results or state.check is not None):
+        raise QueueError(f"the merge queue {file} holds verdicts of a gate that did not run "
+                         f"{' and '.join(weaker)}, as this one does: they are not taken over; "
+                         f"{aside}")
     return state
+
+
+def _state_paths(repo: Repo, names: Sequence[str]) -> list[str]:
+    """The paths of ``names`` (relative to the repository's top, as git gives them) that lie
+    in the state folder ``repo.state_dir``."""
+    try:
+        rel = repo.state_dir.resolve().relative_to(repo.top.resolve()).as_posix()
+    except (ValueError, OSError):
+        return []
+    return [n for n in names if n == rel or n.startswith(rel.rstrip("/") + "/")]
 
 
 def _refused_result(story_id: str, branch: str, lane_commit: str, at: str,

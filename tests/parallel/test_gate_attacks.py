@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from pytest_ralph.parallel.gate import gate_around, gate_check
-from pytest_ralph.parallel.queue import MergeQueue
+from pytest_ralph.parallel.queue import MergeQueue, QueueError
 from pytest_ralph.parallel.worktrees import (
     WorktreeError,
     commit_all,
@@ -320,3 +320,42 @@ def test_a_helper_module_the_tests_import_is_a_judge_of_the_queue_too(base: Path
     assert any("tests/helpers.py" in f for f in result.failures), result
     assert queue.merge("US-1", "ralph/US-1-honest").outcome == "merged"
     queue.remove_worktree()
+
+
+def test_a_branch_that_writes_into_the_state_folder_is_refused(base: Path) -> None:
+    root = make_repo(base, [story("US-1", {"text": "adds", "run": ADD})],
+                     {"calc.py": "def add(a, b):\n    return 0\n"})
+    git(root, "switch", "-q", "-c", "ralph/US-1", "main")
+    (root / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    forged = root / ".pytest_ralph" / "progress.txt"
+    forged.parent.mkdir()
+    forged.write_text("every story done\n")
+    git(root, "add", "-f", "calc.py", ".pytest_ralph/progress.txt")  # ignored: forced in
+    git(root, "commit", "-q", "-m", "the fix, and a forged state file")
+    git(root, "switch", "-q", "main")
+    queue = queue_of(root)
+    result = queue.merge("US-1", "ralph/US-1")
+    assert result.outcome == "story-failed", result
+    assert any("writes into the state folder: .pytest_ralph/progress.txt" in f
+               for f in result.failures), result
+    assert queue.head == git(root, "rev-parse", "main").strip()
+    queue.remove_worktree()
+
+
+def test_a_queue_is_not_taken_over_by_a_stronger_gate(base: Path) -> None:
+    """Verdicts of an unconfined or claims-taking gate are not those of a confined, strict
+    one: the same run with the stronger gate is refused, naming the file to move aside."""
+    root = make_repo(base, [story("US-1", "the page reads well", passes=False)], {})
+    prd = json.loads((root / "prd.json").read_text())
+    prd["userStories"][0]["passes"] = True
+    branch(root, "ralph/US-1", {"prd.json": json.dumps(prd, indent=1) + "\n"})
+    loose = queue_of(root, sandbox="off")
+    assert loose.merge("US-1", "ralph/US-1").outcome == "merged"
+    assert json.loads(loose.file.read_text())["gate"] == {"confined": False, "strict": False}
+    for sandbox, strict, said in (("off", True, "with --ralph-strict"),
+                                  ("required", False, "confined by the sandbox")):
+        with pytest.raises(QueueError, match=f"did not run {said}.*move it aside"):
+            queue_of(root, sandbox=sandbox, strict=strict)
+    same = queue_of(root, sandbox="off")  # the same gate takes it over
+    assert same.merged == ["US-1"]
+    same.remove_worktree()
