@@ -24,7 +24,8 @@ controller (:class:`Scheduler`):
    last branch kept. A lane that exits otherwise blocks its story. Stories whose
    dependencies are merged start next; those that depend on a blocked story are held back;
 4. at the end lets the queue fast-forward the user's branch (``finish``), removes every
-   lane but the blocked stories' branches, and writes the report (``parallel-report.md``).
+   lane but the blocked stories' branches, and writes the report (``parallel-report.md``
+   and ``parallel-report.html``, :mod:`pytest_ralph.parallel.report`).
 
 What it shares between the lanes: one wall-clock budget and one cost limit for the run (each
 lane starts with what is left), and a rate-limit pause: a lane whose agent is rate limited
@@ -58,7 +59,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol, TextIO
 
-from ..loop.chart import merge_chart
 from ..prd.model import PRD, Story
 from ..util.env import CHILD_ENV, PAUSE_FILE_ENV
 from ..util.process import sigterm_raises
@@ -75,6 +75,7 @@ from .lanerecord import (
     stop_group,
 )
 from .names import BRANCH_PREFIX, INTEGRATION, lane_key
+from .report import write_reports
 from .runhistory import RunHistory
 from .worktrees import (
     Lane,
@@ -94,9 +95,6 @@ __all__ = ["MERGE_ATTEMPTS", "Options", "Scheduler"]
 
 #: Merges a story may try before it is blocked.
 MERGE_ATTEMPTS = 2
-
-#: The report of the last parallel run, in the state folder.
-REPORT = "parallel-report.md"
 
 #: Seconds between two looks at the lanes.
 POLL_SECONDS = 0.2
@@ -670,7 +668,8 @@ class Scheduler:
         self._save()
         if self.history is not None:
             self.history.end(rec, rec.result)
-        report = self._write_report(prd, fin_text, kept)
+        report, page_path = write_reports(rec, self.o.state_dir, lanes=self.o.parallel,
+                                          gate=self.o.gate, fin_text=fin_text, kept=kept)
         self.view.say(f"pytest-ralph: parallel run {rec.run_id}: {len(merged)}/"
                       f"{len(rec.stories)} stories merged and verified"
                       + (f", {len(blocked)} blocked" if blocked else "")
@@ -683,45 +682,9 @@ class Scheduler:
             self.view.say(f"pytest-ralph: {fin_text}")
         if kept:
             self.view.say(f"pytest-ralph: branches kept: {', '.join(kept)}")
-        self.view.say(f"pytest-ralph: report {report}")
+        self.view.say(f"pytest-ralph: report {report} (and {page_path.name} beside it)")
         self.view.say(f"pytest-ralph: {'complete (exit 0)' if ok else 'incomplete (exit 1)'}")
         return EXIT_COMPLETE if ok else EXIT_INCOMPLETE
-
-    def _write_report(self, prd: PRD, fin_text: str, kept: list[str]) -> Path:
-        rec = self.record
-        assert rec is not None
-        lines = [f"# pytest-ralph parallel run {rec.run_id}", "",
-                 f"- PRD: {rec.prd}", f"- From: {rec.branch or 'detached HEAD'} at "
-                 f"{rec.base[:12]}", f"- Lanes at once: {self.o.parallel}",
-                 f"- Outcome: **{rec.result}**",
-                 *([f"- Gate: {self.o.gate}"] if self.o.gate else []), "",
-                 *merge_chart([q["at"] for q in rec.queue if q["outcome"] == "merged"],
-                              len(rec.stories), (rec.ended or time.time()) - rec.started),
-                 "## Stories", "",
-                 "| story | phase | attempts | merges | iterations | why |",
-                 "|---|---|---|---|---|---|"]
-        for sid, st in rec.stories.items():
-            why = str(st.get("why", "")).replace("|", "/")
-            lines.append(f"| {sid} | {st['phase']} | {st['attempt']} | {st.get('merges', 0)} "
-                         f"| {st.get('iterations', 0)} | {why} |")
-        lines += ["", "## Lane timeline", "", "| at | story | attempt | event |",
-                  "|---|---|---|---|"]
-        for ev in rec.timeline:
-            lines.append(f"| +{clock(ev['at'])} | {ev['story']} | {ev['attempt']} | "
-                         f"{ev['event']} |")
-        lines += ["", "## Merge queue", "", "| at | story | attempt | outcome | check |",
-                  "|---|---|---|---|---|"]
-        for q in rec.queue:
-            first = (q["text"].splitlines() or [""])[0].replace("|", "/")
-            lines.append(f"| +{clock(q['at'])} | {q['story']} | {q['attempt']} | "
-                         f"{q['outcome']} | {first} |")
-        lines += ["", "## End", "", fin_text or "(nothing to say)"]
-        if kept:
-            lines += ["", "Branches kept (blocked stories, the integration branch): "
-                      + ", ".join(kept)]
-        path = self.o.state_dir / REPORT
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        return path
 
 
 def integration_of(run_id: str) -> str:

@@ -24,6 +24,8 @@ import pytest
 from pytest_ralph.loop.chart import merge_chart
 from pytest_ralph.loop.report import render_report
 from pytest_ralph.loop.report_html import write_html
+from pytest_ralph.parallel.lanerecord import Record
+from pytest_ralph.parallel.report import write_reports
 from tests.support.chromium import (
     BrowserError,
     browser,
@@ -169,3 +171,39 @@ def test_content_pipeline_report_in_chromium(chromium: Path, mermaid: Path, shot
     (block,) = mermaid_blocks(md.read_text("utf-8"))
     render_mermaid(chromium, mermaid, block, tmp_path / "pipeline-chart.html",
                    shots / "content-pipeline-mermaid.png")
+
+
+def test_parallel_run_report_in_chromium(chromium: Path, shots: Path, tmp_path: Path) -> None:
+    """The HTML report of a parallel run (``parallel-report.html``): the outcome, the merges
+    over time, every story, the lane timeline and each merge's check, links to the lanes'
+    logs; no script, no console error."""
+    state = tmp_path / ".pytest_ralph"
+    lanes = state / "parallel" / "r1"
+    lanes.mkdir(parents=True)
+    stories: dict[str, dict[str, object]] = {}
+    queue: list[dict[str, object]] = []
+    for k in range(1, 7):
+        sid = f"US-{k:03d}<b>"
+        log = lanes / f"US-{k:03d}.1.log"
+        log.write_text("lane log\n")
+        phase = "blocked" if k == 6 else "merged"
+        stories[sid] = {"phase": phase, "attempt": 1 + (k == 6), "merges": int(k < 6),
+                        "iterations": k, "why": "conflict twice" if k == 6 else "",
+                        "log": str(log), "state": str(lanes / f"US-{k:03d}.1.state")}
+        queue.append({"at": 10.0 * k, "story": sid, "attempt": 1,
+                      "outcome": "conflict" if k == 6 else "merged",
+                      "text": f"{sid} ralph/r1/{sid}: merged ({k}/6 criteria passed)\n"
+                              f"  {sid}::c1: a failure line"})
+    rec = Record("r1", "a" * 40, "main", "prd.json", 1000.0, 1075.0, None, stories,
+                 [{"story": s, "attempt": 1, "event": "started", "at": 0.5} for s in stories],
+                 queue, "incomplete")
+    md, page = write_reports(rec, state, lanes=3, gate="the gate ran the lanes' code UNCONFINED",
+                             fin_text="main left at aaaaaaaaaaaa", kept=["ralph/r1/US-006"])
+    assert "```mermaid" in md.read_text()
+    dom = look_at(chromium, page, shots / "parallel-report.png", "1280,1600")
+    assert "Outcome: incomplete (exit 1)" in dom and "5/6 stories merged" in dom
+    assert "<svg" in dom and dom.count("<circle") == 5
+    for k in range(1, 7):
+        assert f"US-{k:03d}&lt;b&gt;" in dom and f'href="parallel/r1/US-{k:03d}.1.log"' in dom
+    assert "a failure line" in dom and "conflict twice" in dom
+    assert "<script" not in dom and "<b>&lt;" not in dom

@@ -237,6 +237,9 @@ def test_four_independent_stories_on_four_lanes(tmp_path: Path) -> None:
     report = (root / ".pytest_ralph" / "parallel-report.md").read_text()
     assert "## Lane timeline" in report and "## Merge queue" in report
     assert report.count("| merged |") >= 4
+    page = (root / ".pytest_ralph" / "parallel-report.html").read_text()
+    assert page.count(">merged</td>") >= 8 and "Outcome: complete (exit 0)" in page
+    assert "parallel-report.html beside it" in done.stdout
     status = subprocess.run([sys.executable, "-m", "pytest", "--ralph-status"], cwd=root,
                             env=env(tmp_path), text=True, capture_output=True)
     assert "US-004: merged, attempt 1, 1 iteration(s)" in status.stdout, status.stdout
