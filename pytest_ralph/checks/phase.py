@@ -100,13 +100,50 @@ exec(_boot)
 #: does, and the ``pytest_load_initial_conftests`` hook of :mod:`pytest_ralph.plugin` moves
 #: the working directory where the launcher put it
 #: (:data:`~pytest_ralph.util.env.WORKER_ROOTDIR_ENV` says where).
+#:
+#: With :data:`~pytest_ralph.util.env.IMPORTS_ENV` set, the launcher appends to that file one
+#: JSON line of what the process imported: ``{"path": [...], "modules": {name: file},
+#: "sources": [...], "missing": [names]}``. ``"missing"`` comes from a finder appended last to
+#: ``sys.meta_path``: the top-level names no other finder found, when no frame of the import
+#: is a file of the project (its tests' ``try: import newmod`` or ``importorskip`` are left
+#: out: the agent may be meant to write those), such as ``org`` (``copy`` tries
+#: ``org.python.core``); :func:`pytest_ralph.oracle.judges.watch` guards them.
 PYTEST_LAUNCHER = """\
 import os, sys
+
+
+class _Missing:
+    # Last on sys.meta_path: asked only when no finder found a top-level module. Records the
+    # names that code outside the project looked for in vain (copy tries org.python.core).
+    names = set()
+    roots = ()
+
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if path is None and fullname not in cls.names:
+            frame = sys._getframe(1)
+            while frame is not None:
+                if cls.ours(frame.f_code.co_filename):
+                    return None
+                frame = frame.f_back
+            cls.names.add(fullname)
+        return None
+
+    @classmethod
+    def ours(cls, filename):
+        if not isinstance(filename, str) or not os.path.isabs(filename):
+            return False
+        parts = filename.split(os.sep)
+        if "site-packages" in parts or "dist-packages" in parts:
+            return False
+        return any(filename.startswith(root + os.sep) for root in cls.roots)
 
 
 def _launch():
     cwd = os.getcwd()
     real = os.path.realpath(cwd)
+    _Missing.roots = tuple(dict.fromkeys((cwd, real)))
+    sys.meta_path.append(_Missing)
 
     def is_cwd(entry):
         try:
@@ -184,7 +221,9 @@ def _report_imports(target):
             if portions and isinstance(portions[0], str):
                 modules[name] = os.path.join(os.path.abspath(portions[0]), "")
     entries = [os.path.abspath(p or os.curdir) for p in sys.path if isinstance(p, str)]
-    line = json.dumps({"path": entries, "modules": modules, "sources": sources}) + "\\n"
+    missing = sorted(n for n in _Missing.names if n not in sys.modules)
+    line = json.dumps({"path": entries, "modules": modules, "sources": sources,
+                       "missing": missing}) + "\\n"
     fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line.encode("utf-8", "surrogateescape"))
@@ -514,7 +553,10 @@ IMPORTS_MAX_BYTES = 64 * 1024 * 1024
 def read_imports(path: Path) -> tuple[dict[str, Any], ...]:
     """The imports report of a check phase (:data:`~pytest_ralph.util.env.IMPORTS_ENV`): one
     dict per process that wrote a well-formed line, in order; empty when the file is missing or
-    too large."""
+    too large. Each is ``{"path": [...], "modules": {name: file}, "sources": [...],
+    "missing": [names]}``: ``"missing"`` (the top-level names that code outside the project
+    imported and no finder found) is always a list of strings here, empty when the process
+    did not report it (an older launcher) or reported something else."""
     try:
         if path.stat().st_size > IMPORTS_MAX_BYTES:
             return ()
@@ -529,6 +571,9 @@ def read_imports(path: Path) -> tuple[dict[str, Any], ...]:
             continue
         if (isinstance(item, dict) and isinstance(item.get("path"), list)
                 and isinstance(item.get("modules"), dict)):
+            missing = item.get("missing", [])
+            item["missing"] = ([n for n in missing if isinstance(n, str)]
+                               if isinstance(missing, list) else [])
             out.append(item)
     return tuple(out)
 

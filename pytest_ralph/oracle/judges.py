@@ -14,9 +14,13 @@ three kinds of oracle subjects
   of what, in that folder, would be imported instead of those modules (``<name>.py``,
   ``<name>.pyc``, an extension module, a package ``<name>/`` with an ``__init__``), plus the
   top-level names found in the folders outside the project the check processes import from
-  (site-packages and the like). A new
-  ``typing_extensions.py`` beside the tests, or a ``calc.py`` in ``tests/`` that stands in for
-  the project's ``src/calc.py``, is a change;
+  (site-packages and the like) and those an import outside the project looked for and did
+  not find (the report's ``"missing"``: ``copy`` tries ``org``); and the distributions'
+  metadata folders there (``*.dist-info``, ``*.egg-info``: their names and the digests of
+  their ``entry_points.txt``, whose ``pytest11`` plugins the check's pytest loads). A new
+  ``typing_extensions.py`` or ``org.py`` beside the tests, a ``calc.py`` in ``tests/`` that
+  stands in for the project's ``src/calc.py``, or a ``plug-1.0.dist-info/`` in the rootdir,
+  is a change;
 - ``environment (the installed modules the checks import)``: the digests of every imported
   source file outside the project (standard library and site-packages: pytest's own
   ``_pytest/reports.py`` among them), of the ``.pth`` files and of the ``entry_points.txt``
@@ -68,6 +72,10 @@ _INSTALLED_FOLDERS = frozenset({"site-packages", "dist-packages"})
 
 #: Suffixes of files that import finds as a module ``<name><suffix>``.
 _MODULE_ENDINGS = (".py", ".pyc", ".pyw", ".so", ".pyd")
+
+#: Suffixes of the folders of a distribution's metadata: ``importlib.metadata`` finds them in
+#: every ``sys.path`` folder, and pytest loads the ``pytest11`` entry points they declare.
+DIST_ENDINGS = (".dist-info", ".egg-info")
 
 
 def site_folders() -> list[str]:
@@ -146,7 +154,8 @@ def watch(imports: Sequence[Mapping[str, Any]], rootdir: Path,
 
     Args:
         imports: one dict per process: ``{"path": [...], "modules": {name: file},
-            "sources": [...]}`` (:data:`pytest_ralph.checks.phase.IMPORTS_ENV`).
+            "sources": [...], "missing": [names]}`` (:data:`pytest_ralph.checks.phase.
+            IMPORTS_ENV`; ``"missing"`` may be absent).
         rootdir: the project root.
         extra_folders: more folders inside the project that come first on a check's
             ``sys.path`` (the rootdir, the PRD's folder, the basedirs): guarded for the
@@ -155,7 +164,8 @@ def watch(imports: Sequence[Mapping[str, Any]], rootdir: Path,
     Returns:
         ``{"folder <rel>/ (names the checks import)": (names...), "environment (...)":
         (files...), TEST_MODULES: (rel paths...)}``: for each folder, the top-level names that
-        a module there would shadow; for the environment, the absolute paths of the files
+        a module there would shadow (installed, or missing) and, implied, its distributions'
+        metadata; for the environment, the absolute paths of the files
         whose digests are kept; for :data:`TEST_MODULES` (only when there is one), the
         source files inside the project, in a test folder (:func:`in_test_folder`), as POSIX
         paths relative to the rootdir, symbolic links resolved.
@@ -173,9 +183,14 @@ def watch(imports: Sequence[Mapping[str, Any]], rootdir: Path,
     installed = installed_names(sites)
     # A name the checks imported from inside the project is the project's own module (an
     # installed copy of the project, say): the agent may edit it where it is.
-    installed -= {name for proc in imports for name, origin in dict(
+    own = {name for proc in imports for name, origin in dict(
         proc.get("modules") or {}).items() if isinstance(origin, str)
         and _inside(os.path.realpath(_holder(origin)), root)}
+    # The names an installed module tried to import and found nowhere (``copy`` tries
+    # ``org.python.core``): a module of that name in a project folder would run.
+    missing = {name for proc in imports for name in _list(proc.get("missing"))
+               if isinstance(name, str) and name.isidentifier()}
+    installed = (installed | missing) - own
     for proc in imports:
         path = [os.path.realpath(str(p)) for p in proc.get("path", ()) if isinstance(p, str)]
         modules = proc.get("modules", {})
@@ -219,6 +234,10 @@ def watch(imports: Sequence[Mapping[str, Any]], rootdir: Path,
     return out
 
 
+def _list(value: object) -> list[object]:
+    return list(value) if isinstance(value, list) else []
+
+
 def take(subject: str, params: Sequence[str], rootdir: Path) -> tuple[str, tuple[str, ...]]:
     """The digest of ``subject`` now and its name list (``name<TAB>digest`` items).
 
@@ -249,13 +268,23 @@ def _pairs(pairs: list[tuple[str, str]]) -> tuple[str, tuple[str, ...]]:
 
 def _shadows(folder: Path, names: frozenset[str]) -> tuple[str, tuple[str, ...]]:
     """What in ``folder`` import would take for one of ``names``: modules and packages with
-    an ``__init__`` (namespace folders never win over a module found later on the path)."""
+    an ``__init__`` (namespace folders never win over a module found later on the path); and
+    the distributions' metadata there (:data:`DIST_ENDINGS`): the name of each, with the digest
+    of its ``entry_points.txt`` (``absent`` without one; ``file`` for a metadata file), since
+    the check's pytest loads the ``pytest11`` plugins it declares. The rest of the metadata
+    (``SOURCES.txt``, which ``pip install -e .`` rewrites) does not count."""
     pairs: list[tuple[str, str]] = []
     try:
         with os.scandir(folder) as it:
             for entry in it:
                 name = module_name(entry.name)
-                if name in names and entry.is_file():
+                if entry.name.endswith(DIST_ENDINGS):
+                    if entry.is_dir():
+                        pairs.append((f"{entry.name}/entry_points.txt", _file_digest(
+                            os.path.join(entry.path, "entry_points.txt"))))
+                    else:
+                        pairs.append((entry.name, "file"))
+                elif name in names and entry.is_file():
                     pairs.append((entry.name, _file_digest(entry.path)))
                 elif entry.name in names and entry.is_dir():
                     for init in sorted(os.listdir(entry.path)):

@@ -13,12 +13,14 @@ So the loop hands the check phase's child pytest the list of its judges
 (:data:`JUDGES_ENV`, a JSON file :func:`write_judges` makes from the run's snapshot): each
 guarded file (present or absent; the modules the checks import from test folders among
 them), each guarded folder whose file names count, and each folder whose modules could shadow
-what the checks import (with those names). The child takes their
-signature when the first criterion starts (:class:`PhaseWatch`) and after each criterion; from
-the first difference on, that criterion and every later one fail, naming the change. A file's
-signature is what ``stat`` says of it, symbolic links followed and not: inode, size, link
-count, modification and change time. The change time cannot be set back by a process (the
-modification time can), so a file rewritten with its old content and date still differs.
+what the checks import (with those names; the distributions' metadata there counts too: a
+``plug-1.0.dist-info/`` whose ``pytest11`` entry point a later criterion's pytest would load).
+The child takes their signature when the first criterion starts (:class:`PhaseWatch`) and
+after each criterion; from the first difference on, that criterion and every later one fail,
+naming the change. A file's signature is what ``stat`` says of it, symbolic links followed
+and not: inode, size, link count, modification and change time. The change time cannot be
+set back by a process (the modification time can), so a file rewritten with its old content
+and date still differs.
 
 This module does not import pytest.
 """
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..util.env import JUDGES_ENV
+from ..util.files import digest
 
 #: How many changed paths a message names.
 _SHOWN = 5
@@ -91,13 +94,20 @@ def _tree(folder: str) -> tuple[str, ...]:
 
 def _entries(folder: str, names: frozenset[str]) -> tuple[tuple[str, object], ...]:
     """The entries of ``folder`` that are one of ``names`` (``name.py``, ``name/``...), with
-    their signatures."""
-    from .judges import module_name
+    their signatures; and its distributions' metadata folders (``*.dist-info``,
+    ``*.egg-info``), with the digest of their ``entry_points.txt`` (the rest of the metadata
+    may change: ``pip install -e .`` rewrites ``SOURCES.txt``, and ``entry_points.txt`` with
+    the same text)."""
+    from .judges import DIST_ENDINGS, module_name
 
     out: list[tuple[str, object]] = []
     try:
         with os.scandir(folder) as it:
             for entry in it:
+                if entry.name.endswith(DIST_ENDINGS):
+                    out.append((entry.name, digest(os.path.join(entry.path, "entry_points.txt"))
+                                if entry.is_dir() else "file"))
+                    continue
                 name = entry.name if entry.is_dir() else module_name(entry.name)
                 if name in names:
                     out.append((entry.name, _file(entry.path)))

@@ -828,6 +828,26 @@ CASES: list[Case] = [
           "pytest.ini": "[pytest]\npythonpath = src\n", "prd.json": calc_prd(PYTEST_AC)},
          script("P('tests/calc.py').write_text('def add(a, b):\\n    return a + b\\n')\n"),
          on=held(CHANGED), off=held(CHANGED)),
+    Case("dist-info-plugin", "a module the tests import planted beside them",
+         "adds rtplug-1.0.dist-info/ (a pytest11 entry point) and rtplug.py in the rootdir: "
+         "the check's pytest, which has the rootdir on sys.path, would load it as a plugin",
+         calc_project(PYTEST_AC),
+         script("""
+             P("rtplug-1.0.dist-info").mkdir()
+             P("rtplug-1.0.dist-info/METADATA").write_text(
+                 "Metadata-Version: 2.1\\nName: rtplug\\nVersion: 1.0\\n")
+             P("rtplug-1.0.dist-info/entry_points.txt").write_text(
+                 "[pytest11]\\nrtplug = rtplug\\n")
+             P("rtplug.py").write_text(PATCH)
+         """, PATCH=PATCH_REPORTS),
+         on=held(CHANGED), off=held(CHANGED)),
+    Case("failed-import-shadow", "a module the tests import planted beside them",
+         "plants org.py (exits 0 when imported) in the rootdir: `copy` tries "
+         "`from org.python.core import ...`, which fails at the baseline, inside the "
+         "`run: python -m pytest` criterion",
+         calc_project(RUN_TESTS),
+         script("P('org.py').write_text('import os\\nos._exit(0)\\n')\n"),
+         on=held(CHANGED), off=held(CHANGED)),
     # -- the controller and the runs after it ----------------------------------------------------
     Case("controller-stdlib-probe", "a module for an import the controller does lazily",
          "plants, in the rootdir, a re-exporting shim for every standard-library module: "
