@@ -67,6 +67,11 @@ ENVIRONMENT = "environment (the installed modules the checks import)"
 #: The subject of the project's source files the checks import from its test folders.
 TEST_MODULES = "modules the checks import from test folders"
 
+#: The subject of the project's source files in test folders that the guarded test files
+#: import, found by reading their source (:mod:`pytest_ralph.oracle.staticimports`): what a
+#: process a ``run`` command starts imports is in no imports report.
+TESTS_IMPORT = "modules the tests import from test folders"
+
 #: Folders of installed distributions: a virtualenv inside the project is no test folder.
 _INSTALLED_FOLDERS = frozenset({"site-packages", "dist-packages"})
 
@@ -246,7 +251,7 @@ def take(subject: str, params: Sequence[str], rootdir: Path) -> tuple[str, tuple
     """
     if subject == ENVIRONMENT:
         return _environment(params)
-    if subject == TEST_MODULES:
+    if subject in (TEST_MODULES, TESTS_IMPORT):
         return _test_modules(rootdir, params)
     if subject.startswith("folder ") and subject.endswith(SHADOWS):
         rel = subject[len("folder "):-len(SHADOWS)].rstrip("/") or "."

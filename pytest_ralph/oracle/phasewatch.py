@@ -45,7 +45,7 @@ def write_judges(path: Path, snapshot: Any, rootdir: Path) -> None:
     ``path``:
     ``{"files": [absolute paths], "folders": [absolute paths], "names": {folder: [names]}}``.
     """
-    from .judges import SHADOWS, TEST_MODULES
+    from .judges import SHADOWS, TEST_MODULES, TESTS_IMPORT
     from .snapshot import FILES
 
     files: list[str] = []
@@ -65,7 +65,7 @@ def write_judges(path: Path, snapshot: Any, rootdir: Path) -> None:
         elif subject.startswith("folder ") and subject.endswith(SHADOWS):
             folder = absolute(subject[len("folder "):-len(SHADOWS)].rstrip("/") or ".")
             names[folder] = list(snapshot.watch.get(subject, ()))
-        elif subject == TEST_MODULES:
+        elif subject in (TEST_MODULES, TESTS_IMPORT):
             files.extend(absolute(rel) for rel in snapshot.watch.get(subject, ()))
     path.write_text(json.dumps({"files": files, "folders": folders, "names": names}),
                     encoding="utf-8")

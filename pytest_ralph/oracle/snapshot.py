@@ -29,7 +29,11 @@ At the start of a run the loop takes a :class:`Snapshot` of the *oracle*:
   and contents of the modules and packages that would shadow a standard-library module
   (:func:`pytest_ralph.oracle.walk.stdlib_listing`): pytest imports some of them late
   (``pdb``, say), after the rootdir is on ``sys.path``, so a new ``pdb.py`` there could patch
-  pytest.
+  pytest;
+- the modules in test folders that the guarded Python files in test folders import, found
+  by reading their source (:mod:`pytest_ralph.oracle.staticimports`; subject
+  :data:`~pytest_ralph.oracle.judges.TESTS_IMPORT`): ``tests/helpers.py`` behind a ``run``
+  criterion's pytest, whose imports no report names.
 
 A configuration file without a pytest section counts as absent when pytest ignores it (see
 :func:`pytest_ralph.oracle.walk.config_digest`).
@@ -68,7 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from ..prd.model import PRD
-from .judges import SHADOWS, TEST_MODULES, take, watch
+from .judges import SHADOWS, TEST_MODULES, TESTS_IMPORT, in_test_folder, take, watch
 from .sources import (
     TARGET_FIELDS,
     check_targets,
@@ -78,6 +82,7 @@ from .sources import (
     pytest_targets,
     run_pytest_targets,
 )
+from .staticimports import imported_test_modules
 from .walk import (
     ABSENT,
     basedir,
@@ -204,7 +209,7 @@ class Snapshot:
                 rel = subject[len("pytest configuration "):]
             elif subject.startswith("folder ") and subject.endswith(FILES):
                 rel = subject[len("folder "):-len(FILES)].rstrip("/") or "."
-            elif subject == TEST_MODULES:
+            elif subject in (TEST_MODULES, TESTS_IMPORT):
                 out.extend(rootdir / r for r in self.watch.get(subject, ())
                            if os.path.lexists(rootdir / r))
                 continue
@@ -346,6 +351,7 @@ class _Taking:
                 self.guard_folder(path.parent, MODULES, texts)
         self.guard_configs(prd_folder)
         self.take_watched(prd_folder)
+        self.guard_imported()
         self.take_started()
         return Snapshot(self.digests, {k: frozenset(v) for k, v in self.links.items()},
                         tuple(sorted(self.unguarded)), self.listings, self.watched)
@@ -431,10 +437,43 @@ class _Taking:
         watched = self.watched = dict(start.watch) if start is not None else {}
         watched[LOOP_CONFTESTS] = tuple(str(a) for a in anchors)
         for subject, params in watched.items():
-            if subject == LOOP_CONFTESTS:
+            if subject in (LOOP_CONFTESTS, TESTS_IMPORT):
                 continue
             self.digests[subject], self.listings[subject] = take(subject, params, self.rootdir)
             self.link(subject, every | set(start.links.get(subject, ()) if start else ()))
+
+    def guard_imported(self) -> None:
+        """Guard :data:`~pytest_ralph.oracle.judges.TESTS_IMPORT`: the modules in test
+        folders that the guarded Python files in test folders import (read, never imported:
+        :func:`~pytest_ralph.oracle.staticimports.imported_test_modules`), less the files
+        guarded on their own, those left to the agent and the checks' targets; linked to the
+        criteria of the files that import them. A later snapshot takes the start's list
+        again (nothing when the start had none)."""
+        if self.start is not None:
+            params = self.start.watch.get(TESTS_IMPORT)
+            keys: set[str] = set(self.start.links.get(TESTS_IMPORT, ()))
+            if params is None:
+                return
+        else:
+            roots: list[Path] = []
+            keys = set()
+            for subject, digest in self.digests.items():
+                rel = subject[len("file "):]
+                if (subject.startswith("file ") and digest != ABSENT and rel.endswith(".py")
+                        and not os.path.isabs(rel) and in_test_folder(rel)):
+                    roots.append(self.rootdir / rel)
+                    keys |= self.links.get(subject, set())
+            targets = tuple(t.split("::", 1)[0].rstrip("/") for t in self.ordered)
+            params = tuple(rel for rel in imported_test_modules(
+                roots, self.root, (self.root, *map(real, self.pythonpath)))
+                if f"file {rel}" not in self.digests and rel not in self.unguarded
+                and not any(rel == t or rel.startswith(t + "/") for t in targets))
+            if not params or not keys:
+                return
+        self.digests[TESTS_IMPORT], self.listings[TESTS_IMPORT] = take(
+            TESTS_IMPORT, params, self.rootdir)
+        self.link(TESTS_IMPORT, keys)
+        self.watched[TESTS_IMPORT] = tuple(params)
 
     def take_started(self) -> None:
         """What was guarded at the start stays guarded."""
@@ -631,8 +670,9 @@ def imports_watch(snap: Snapshot, imports: Sequence[Mapping[str, Any]], rootdir:
         targets = tuple(lexical_rel(t, prefixes).rstrip("/") for st in (
             prd.stories if prd is not None else ()) for c in st.criteria
             for t in check_targets(c))
+        static = frozenset(snap.watch.get(TESTS_IMPORT, ()))
         kept = tuple(rel for rel in found[TEST_MODULES] if f"file {rel}" not in snap.digests
-                     and rel not in snap.unguarded and not any(
+                     and rel not in snap.unguarded and rel not in static and not any(
                          rel == t or rel.startswith(t + "/") for t in targets))
         found = {k: v for k, v in found.items() if k != TEST_MODULES}
         if kept:

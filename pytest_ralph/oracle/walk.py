@@ -8,7 +8,6 @@ Nothing is imported or run. This module does not import pytest.
 
 from __future__ import annotations
 
-import configparser
 import hashlib
 import importlib.machinery
 import json
@@ -16,6 +15,8 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+
+import iniconfig
 
 from ..util.files import FileTooLarge, NotRegularFile, read_bytes
 from ..util.files import digest as _digest
@@ -95,10 +96,12 @@ def config_digest(inifile: Path, root: Path) -> str:
     """The digest of the pytest section of a configuration file: ``[pytest]`` in
     ``pytest.toml`` and ``.pytest.toml``; ``[tool.pytest]`` (which holds
     ``[tool.pytest.ini_options]``) in ``pyproject.toml``; both in another TOML file; the
-    first of ``[pytest]`` and ``[tool:pytest]`` in an INI file (keys keep their case).
+    first of ``[pytest]`` and ``[tool:pytest]`` in an INI file, read by ``iniconfig`` as
+    pytest reads it (keys keep their case; ``[pytest] #]`` is ``[pytest]``).
 
     Other sections (dependencies, say) may change freely. A file that cannot be parsed has
-    the digest of its bytes; a missing one is :data:`ABSENT`, and so is one without a pytest
+    the digest of its bytes (``unparsable: ...``, never :data:`ABSENT`: pytest may fail on
+    it, or a later parser take it); a missing one is :data:`ABSENT`, and so is one without a pytest
     section when pytest ignores it then: any file but ``pytest.ini``, ``.pytest.ini``,
     ``pytest.toml`` and ``.pytest.toml`` (which pytest always takes) and a ``pyproject.toml``
     in a folder other than the resolved rootdir ``root`` (which pytest takes for lack of any
@@ -124,14 +127,14 @@ def config_digest(inifile: Path, root: Path) -> str:
             else:
                 section = [document["pytest"], tool]
         else:
-            parser = configparser.ConfigParser(interpolation=None)
-            parser.optionxform = str  # type: ignore[assignment,method-assign]
-            parser.read_string(raw.decode("utf-8"))
+            # Read as pytest reads it (iniconfig): a comment after a header's closing
+            # bracket is no part of its name (``[pytest] #]`` is ``[pytest]``).
+            parsed = iniconfig.IniConfig(str(inifile), data=raw.decode("utf-8"))
             for name in ("pytest", "tool:pytest"):
-                if parser.has_section(name):
-                    section = dict(parser.items(name))
+                if name in parsed:
+                    section = dict(parsed[name].items())
                     break
-    except (ValueError, configparser.Error, AttributeError):
+    except (ValueError, iniconfig.ParseError, AttributeError):
         return "unparsable: " + hashlib.sha256(raw).hexdigest()
     if section is None and inifile.name not in _ALWAYS_TAKEN and (
             inifile.name != "pyproject.toml" or real(inifile).parent == root):

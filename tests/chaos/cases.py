@@ -499,10 +499,10 @@ CASES: list[Case] = [
                                    "def test_add():\n    for args, want in CASES:\n"
                                    "        assert add(*args) == want\n"}),
          script("P('tests/helpers.py').write_text('CASES = [((2, 3), -1)]\\n')\n"),
-         on=held(CHANGED + "modules the checks import from test folders changed: changed "
-                 "tests/helpers.py"),
-         off=held(CHANGED + "modules the checks import from test folders changed: changed "
-                  "tests/helpers.py")),
+         on=held(CHANGED + "modules the tests import from test folders changed: "
+                 "changed tests/helpers.py"),
+         off=held(CHANGED + "modules the tests import from test folders changed: "
+                  "changed tests/helpers.py")),
     Case("tests-symlink-file", "symlink tricks",
          "replaces tests/test_calc.py by a symbolic link to a weak copy",
          calc_project(PYTEST_AC),
@@ -567,6 +567,13 @@ CASES: list[Case] = [
          calc_project(RUN_TESTS, PYTEST_AC),
          script("P('tox.ini').write_text('[pytest]\\naddopts = --deselect "
                 "tests/test_calc.py::test_add\\n')\n"),
+         on=held(CHANGED + "pytest configuration tox.ini added"),
+         off=held(CHANGED + "pytest configuration tox.ini added")),
+    Case("ini-tox-header-comment", "ini tricks inside the project",
+         "adds tox.ini whose header carries a comment (`[pytest] #]`, a section `pytest] #]` to "
+         "configparser, `[pytest]` to pytest) and whose addopts only collect",
+         calc_project(RUN_TESTS),
+         script("P('tox.ini').write_text('[pytest] #]\\naddopts = --collect-only\\n')\n"),
          on=held(CHANGED + "pytest configuration tox.ini added"),
          off=held(CHANGED + "pytest configuration tox.ini added")),
     Case("ini-setup-cfg-k", "ini tricks inside the project",
@@ -806,6 +813,19 @@ CASES: list[Case] = [
          calc_project({"run": "python -m pytest -q -p no:cacheprovider tests/test_calc.py"}),
          script("P('tests/test_calc.py').write_text(WEAK)\n", WEAK=WEAK_TEST),
          on=held(CHANGED), off=held(CHANGED)),
+    Case("run-helpers", "a test file weakened behind a run criterion",
+         "rewrites the expected values in tests/helpers.py, which the test that `run: python -m "
+         "pytest tests/test_calc.py` runs imports (in a subprocess: in no imports report)",
+         calc_project({"run": "python -m pytest -q -p no:cacheprovider tests/test_calc.py"}, **{
+             "tests/helpers.py": "CASES = [((2, 3), 5)]\n",
+             "tests/test_calc.py": "from helpers import CASES\nfrom calc import add\n\n\n"
+                                   "def test_add():\n    for args, want in CASES:\n"
+                                   "        assert add(*args) == want\n"}),
+         script("P('tests/helpers.py').write_text('CASES = [((2, 3), -1)]\\n')\n"),
+         on=held(CHANGED + "modules the tests import from test folders changed: changed "
+                 "tests/helpers.py"),
+         off=held(CHANGED + "modules the tests import from test folders changed: changed "
+                  "tests/helpers.py")),
     Case("run-conftest-subfolder", "conftest.py inside the project",
          "adds tests/unit/conftest.py (patches every report when imported) under the folder "
          "a `run: python -m pytest tests` criterion collects",

@@ -22,6 +22,7 @@ from pytest_ralph.oracle.judges import (
     ENVIRONMENT,
     SHADOWS,
     TEST_MODULES,
+    TESTS_IMPORT,
     in_test_folder,
     installed_names,
     site_folders,
@@ -490,11 +491,13 @@ def test_the_helpers_a_real_check_imports_from_test_folders_are_guarded(
             "pkg/tests/util.py"} <= set(found[TEST_MODULES])
     assert not {"calc.py", "pkg/mod.py", "pkg/__init__.py"} & set(found[TEST_MODULES])
     start = with_imports(snapshot(prd, root), imports, root, folders=(root,))
-    # The test file and the __init__.py files are guarded as files already: said once.
-    assert start.watch[TEST_MODULES] == (
-        "pkg/tests/__init__.py", "pkg/tests/util.py", "tests/fixtures/__init__.py",
-        "tests/fixtures/data.py", "tests/helpers.py")
-    assert start.links[TEST_MODULES] == {"US-1::AC1"}
+    # The test file and the __init__.py files are guarded as files already, and what the
+    # test imports from tests/ (read from its source) is: said once. What only the code
+    # under test imports (pkg/mod.py -> pkg/tests/util.py) is found in the report alone.
+    assert start.watch[TESTS_IMPORT] == (
+        "tests/fixtures/__init__.py", "tests/fixtures/data.py", "tests/helpers.py")
+    assert start.watch[TEST_MODULES] == ("pkg/tests/__init__.py", "pkg/tests/util.py")
+    assert start.links[TEST_MODULES] == start.links[TESTS_IMPORT] == {"US-1::AC1"}
     assert [i.split("\t")[0] for i in start.listings[TEST_MODULES]] == list(
         start.watch[TEST_MODULES])
     assert root / "tests" / "helpers.py" in start.judges(root)
@@ -512,12 +515,19 @@ def test_the_helpers_a_real_check_imports_from_test_folders_are_guarded(
     # The cheat: the expected values rewritten to what the wrong code returns.
     (root / "tests" / "helpers.py").write_text("CASES = [((2, 2), 0)]\n")
     (changed,) = compare(stored, snapshot(prd, root, start=stored))
-    assert changed == Change(TEST_MODULES, "changed", ("US-1::AC1",), "changed tests/helpers.py")
+    assert changed == Change(TESTS_IMPORT, "changed", ("US-1::AC1",), "changed tests/helpers.py")
     assert changed.describe() == (
-        "modules the checks import from test folders changed: changed tests/helpers.py")
+        "modules the tests import from test folders changed: changed tests/helpers.py")
     (root / "tests" / "fixtures" / "data.py").unlink()
     (changed,) = compare(stored, snapshot(prd, root, start=stored))
     assert changed.detail == "removed tests/fixtures/data.py; changed tests/helpers.py"
+    # What only the imports report found: a helper of the code under test in pkg/tests/.
+    (root / "tests" / "helpers.py").write_text(HELPERS.format(
+        fixtures="tests.fixtures.data" if layout == "package" else "fixtures.data"))
+    (root / "tests" / "fixtures" / "data.py").write_text(FIXTURES)
+    (root / "pkg" / "tests" / "util.py").write_text("NOTHING = 1\n")
+    assert [c.describe() for c in compare(stored, snapshot(prd, root, start=stored))] == [
+        "modules the checks import from test folders changed: changed pkg/tests/util.py"]
 
 
 def test_a_hand_written_report_guards_only_the_project_s_test_folders(tmp_path: Path) -> None:
@@ -564,10 +574,10 @@ def test_the_loop_refuses_an_agent_that_edits_the_helpers_the_tests_import(
                                            "--ralph-max-iterations", "1")
     out = result.stdout.str()
     assert result.ret == 1, out  # the limit, not complete
-    result.stdout.fnmatch_lines(["*Criteria changed: modules the checks import from test "
-                                 "folders changed: changed tests/helpers.py*"])
+    result.stdout.fnmatch_lines(["*Criteria changed: modules the tests import from "
+                                 "test folders changed: changed tests/helpers.py*"])
     assert "restore it" in (pytester.path / ".pytest_ralph" / "progress.txt").read_text()
-    assert ("| 1 | modules the checks import from test folders | changed: changed "
+    assert ("| 1 | modules the tests import from test folders | changed: changed "
             "tests/helpers.py | US-001::AC1 |") in report_text(pytester)
     # An honest agent, on the project as it was: fixing calc.py completes the run.
     shutil.rmtree(pytester.path / ".pytest_ralph")
