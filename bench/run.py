@@ -1123,8 +1123,9 @@ def git_project(folder: Path, stories: list[dict[str, Any]], env: dict[str, str]
 #: (start, baseline check phase, the agent, a check phase: about 3 s besides the agent, where
 #: the one loop spends about 1 s per story), four lanes share two cores, and the queue's gate
 #: runs once per merge, one at a time.
-P11_TARGET = Target("ratio", 0.4, missed=(0.55, "measured 0.55 (13.5 s vs 24.4 s) on 2 "
-                    "cores: four lanes' own pytest start and check phases share them"))
+P11_TARGET = Target("ratio", 0.4, missed=(0.50, "measured 0.50 (12.45 s vs 24.95 s, median "
+                    "of 3) on 2 cores on 2026-12-04: four lanes' own pytest start and check "
+                    "phases share them"))
 
 
 def case_p11(ctx: Context) -> list[Result]:
