@@ -212,23 +212,11 @@ class MergeQueue:
         before = self._state.head
         baseline = self._baseline()
         self._clean()
-        judges = self._oracle()
-        code, _, _ = self._git("merge", "--no-ff", "--no-edit", "-m",
-                               f"ralph: merge story {story_id} ({branch})", lane_commit,
-                               ok=(0, 1), config=identity(self.repo.top))
-        if code != 0:
-            paths = self._conflicts()
-            self._git("merge", "--abort", ok=(0, 128))
-            self._reset(before)
-            return self._record(_conflict_result(story_id, branch, lane_commit, before,
-                                                      paths))
-        try:  # an interrupt, a check or oracle that crashed: nothing unchecked is kept
+        refused = self._try_merge(story_id, branch, lane_commit, before)
+        if refused is not None:
+            return self._record(refused)
+        try:  # an interrupt, a check that crashed: nothing unchecked is kept
             after = self._head()
-            changed = self._judges_changed(judges, before)
-            if changed:
-                self._reset(before)
-                return self._record(_judges_result(story_id, branch, lane_commit, before,
-                                                   changed))
             outcome = self._checked()
         except BaseException:
             self._reset(before)
@@ -276,25 +264,13 @@ class MergeQueue:
         refused: dict[int, MergeResult] = {}
         kept: list[tuple[int, str]] = []  # (index, the integration commit after its merge)
         for n, ((story_id, branch), lane_commit) in enumerate(zip(items, commits, strict=True)):
-            at = self._head()
-            judges = self._oracle()
-            code, _, _ = self._git("merge", "--no-ff", "--no-edit", "-m",
-                                   f"ralph: merge story {story_id} ({branch})", lane_commit,
-                                   ok=(0, 1), config=identity(self.repo.top))
-            if code != 0:
-                paths = self._conflicts()
-                self._git("merge", "--abort", ok=(0, 128))
-                self._reset(at)
-                refused[n] = _conflict_result(story_id, branch, lane_commit, at, paths)
-                continue
             try:
-                changed = self._judges_changed(judges, at)
+                refusal = self._try_merge(story_id, branch, lane_commit, self._head())
             except BaseException:  # nothing unchecked is kept
                 self._reset(before)
                 raise
-            if changed:
-                self._reset(at)
-                refused[n] = _judges_result(story_id, branch, lane_commit, at, changed)
+            if refusal is not None:
+                refused[n] = refusal
                 continue
             kept.append((n, self._head()))
         if not kept:
@@ -324,6 +300,31 @@ class MergeQueue:
                                                 commit_of[n], together, at=time.time())))
             parent = commit_of[n]
         return out
+
+    def _try_merge(self, story_id: str, branch: str, lane_commit: str,
+                   at: str) -> MergeResult | None:
+        """``git merge --no-ff`` of ``lane_commit`` onto the head ``at``: ``None`` when it
+        is made (unchecked), else the refusal, the merge undone: ``conflict``, or
+        ``story-failed`` for a change to what judges the criteria (or a write into the state
+        folder). Anything raised leaves the integration worktree at ``at``."""
+        judges = self._oracle()
+        code, _, _ = self._git("merge", "--no-ff", "--no-edit", "-m",
+                               f"ralph: merge story {story_id} ({branch})", lane_commit,
+                               ok=(0, 1), config=identity(self.repo.top))
+        if code != 0:
+            paths = self._conflicts()
+            self._git("merge", "--abort", ok=(0, 128))
+            self._reset(at)
+            return _conflict_result(story_id, branch, lane_commit, at, paths)
+        try:
+            changed = self._judges_changed(judges, at)
+        except BaseException:
+            self._reset(at)
+            raise
+        if changed:
+            self._reset(at)
+            return _judges_result(story_id, branch, lane_commit, at, changed)
+        return None
 
     def _oracle(self, start: Snapshot | None = None) -> Snapshot | None:
         """The oracle of the integration worktree's project now (``None`` without

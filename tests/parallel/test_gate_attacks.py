@@ -44,18 +44,13 @@ from pytest_ralph.parallel.worktrees import (
     remove_lane,
 )
 from pytest_ralph.sandbox.bwrap import probe
+from tests.support.bwrap import require_bwrap
 from tests.support.env import clean_env
 from tests.support.git import git, needs_git
 
 pytestmark = needs_git
 
-if sys.platform != "linux":  # pragma: no cover - bubblewrap is Linux's
-    pytest.skip("bubblewrap confines commands on Linux only", allow_module_level=True)
-if shutil.which("bwrap") is None:
-    if os.environ.get("CI"):
-        raise RuntimeError("bubblewrap is not installed: CI must install it "
-                           "(apt-get install -y bubblewrap)")
-    pytest.skip("bubblewrap is not installed", allow_module_level=True)
+require_bwrap()
 
 RUN = "20261204-attacks"
 

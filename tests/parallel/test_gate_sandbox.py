@@ -29,18 +29,13 @@ from pytest_ralph.parallel.gate import gate_around, gate_check
 from pytest_ralph.parallel.queue import MergeQueue
 from pytest_ralph.parallel.worktrees import commit_all, create_lane, preflight
 from pytest_ralph.sandbox.bwrap import probe
+from tests.support.bwrap import require_bwrap
 from tests.support.env import clean_env
 from tests.support.git import git, needs_git
 
 pytestmark = needs_git
 
-if sys.platform != "linux":  # pragma: no cover - bubblewrap is Linux's
-    pytest.skip("bubblewrap confines commands on Linux only", allow_module_level=True)
-if shutil.which("bwrap") is None:
-    if os.environ.get("CI"):
-        raise RuntimeError("bubblewrap is not installed: CI must install it "
-                           "(apt-get install -y bubblewrap)")
-    pytest.skip("bubblewrap is not installed", allow_module_level=True)
+require_bwrap()
 
 #: The honest story's check: builds an artefact inside the project, then checks it.
 BUILD = "mkdir -p build && echo built > build/artefact.txt && grep -qx built build/artefact.txt\n"

@@ -38,15 +38,10 @@ from pytest_ralph.sandbox.bwrap import (
     probe,
     wrap,
 )
+from tests.support.bwrap import require_bwrap
 from tests.support.prd import story
 
-if sys.platform != "linux":  # pragma: no cover - bubblewrap is Linux's
-    pytest.skip("bubblewrap confines commands on Linux only", allow_module_level=True)
-if shutil.which("bwrap") is None:
-    if os.environ.get("CI"):
-        raise RuntimeError("bubblewrap is not installed: CI must install it "
-                           "(apt-get install -y bubblewrap)")
-    pytest.skip("bubblewrap is not installed", allow_module_level=True)
+require_bwrap()
 
 
 def files_criterion(path: str) -> dict[str, str]:
