@@ -22,13 +22,9 @@ Real git, real bubblewrap, real gates (``pytest <prd>`` in the integration workt
 from __future__ import annotations
 
 import json
-import os
-import pwd
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -96,16 +92,6 @@ def add(a, b):
 
 #: The criterion the planting branch fails (add is still wrong).
 ADD = 'python -c "import calc, sys; sys.exit(calc.add(2, 2) != 4)"'
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    """A folder outside /tmp (private to a confined command) for the repository."""
-    folder = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".cache" / "pytest-ralph-test-homes"
-    folder.mkdir(parents=True, exist_ok=True)
-    made = Path(tempfile.mkdtemp(dir=folder))
-    yield made
-    shutil.rmtree(made, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

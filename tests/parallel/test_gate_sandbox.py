@@ -13,13 +13,9 @@ command), as a user's does.
 from __future__ import annotations
 
 import json
-import os
-import pwd
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,16 +47,6 @@ AGENT = f"""
 open("build.sh", "w").write({BUILD!r})
 open("hostile.sh", "w").write({HOSTILE!r})
 """
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    """A folder outside /tmp for the repository and the home folder."""
-    folder = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".cache" / "pytest-ralph-test-homes"
-    folder.mkdir(parents=True, exist_ok=True)
-    made = Path(tempfile.mkdtemp(dir=folder))
-    yield made
-    shutil.rmtree(made, ignore_errors=True)
 
 
 def targets(root: Path, home: Path) -> dict[str, Path]:
