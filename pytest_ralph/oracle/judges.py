@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.machinery
 import json
 import os
 import site
@@ -195,7 +196,9 @@ def watch(imports: Sequence[Mapping[str, Any]], rootdir: Path,
     # ``org.python.core``): a module of that name in a project folder would run.
     missing = {name for proc in imports for name in _list(proc.get("missing"))
                if isinstance(name, str) and name.isidentifier()}
-    installed = (installed | missing) - own
+    # (``?name``: a folder of the name counts too, as a namespace package: import finds the
+    # name nowhere else; for an installed name the installed module wins over such a folder)
+    installed = (installed | missing | {f"?{m}" for m in missing}) - own
     for proc in imports:
         path = [os.path.realpath(str(p)) for p in proc.get("path", ()) if isinstance(p, str)]
         modules = proc.get("modules", {})
@@ -272,8 +275,9 @@ def _pairs(pairs: list[tuple[str, str]]) -> tuple[str, tuple[str, ...]]:
 
 
 def _shadows(folder: Path, names: frozenset[str]) -> tuple[str, tuple[str, ...]]:
-    """What in ``folder`` import would take for one of ``names``: modules and packages with
-    an ``__init__`` (namespace folders never win over a module found later on the path); and
+    """What in ``folder`` import would take for one of ``names``: modules, packages with
+    an ``__init__``, and for a name marked ``?name`` (one whose import failed at the baseline,
+    found nowhere else) any folder of the name, which import takes as a namespace package; and
     the distributions' metadata there (:data:`DIST_ENDINGS`): the name of each, with the digest
     of its ``entry_points.txt`` (``absent`` without one; ``file`` for a metadata file), since
     the check's pytest loads the ``pytest11`` plugins it declares. The rest of the metadata
@@ -283,7 +287,7 @@ def _shadows(folder: Path, names: frozenset[str]) -> tuple[str, tuple[str, ...]]
         with os.scandir(folder) as it:
             for entry in it:
                 name = module_name(entry.name)
-                if entry.name.endswith(DIST_ENDINGS):
+                if entry.name.lower().endswith(DIST_ENDINGS):  # as importlib.metadata
                     if entry.is_dir():
                         pairs.append((f"{entry.name}/entry_points.txt", _file_digest(
                             os.path.join(entry.path, "entry_points.txt"))))
@@ -292,6 +296,8 @@ def _shadows(folder: Path, names: frozenset[str]) -> tuple[str, tuple[str, ...]]
                 elif name in names and entry.is_file():
                     pairs.append((entry.name, _file_digest(entry.path)))
                 elif entry.name in names and entry.is_dir():
+                    if f"?{entry.name}" in names:  # a namespace package would be taken
+                        pairs.append((f"{entry.name}/", "folder"))
                     for init in sorted(os.listdir(entry.path)):
                         if init.startswith("__init__.") and init.endswith(_MODULE_ENDINGS):
                             pairs.append((f"{entry.name}/{init}",
@@ -306,13 +312,39 @@ def _shadows(folder: Path, names: frozenset[str]) -> tuple[str, tuple[str, ...]]
 def _test_modules(rootdir: Path, files: Sequence[str]) -> tuple[str, tuple[str, ...]]:
     """Digests of ``files`` (POSIX paths relative to ``rootdir``); a file that is gone is left
     out of the listing (:func:`pytest_ralph.oracle.snapshot.listing_detail` says ``removed``)
-    and changes the digest all the same."""
+    and changes the digest all the same. Beside each module, what import would take before
+    it in its folder is listed too (:func:`_ahead_of`: a package ``helpers/`` or an extension
+    module ``helpers.cpython-311-x86_64-linux-gnu.so`` beside ``helpers.py``), so that a new
+    one standing in for a guarded module is a change."""
     pairs: list[tuple[str, str]] = []
     for rel in files:
         found = _file_digest(os.path.join(rootdir, rel))
         if found != "absent":
             pairs.append((rel, found))
-    return _pairs(pairs)
+        pairs += [(ahead, _file_digest(os.path.join(rootdir, ahead)))
+                  for ahead in _ahead_of(rootdir, rel)]
+    return _pairs(sorted(set(pairs)))
+
+
+def _ahead_of(rootdir: Path, rel: str) -> list[str]:
+    """The files in the folder of the module ``rel`` (``tests/helpers.py``) that import takes
+    before it: ``helpers/__init__.*`` (a package wins over a module of its folder) and
+    ``helpers`` with an extension-module suffix (tried before ``.py``)."""
+    folder, _, name = rel.rpartition("/")
+    stem, dot, _ = name.partition(".")
+    if not dot or name.startswith("__init__."):
+        return []
+    base = os.path.join(rootdir, folder) if folder else str(rootdir)
+    out: list[str] = []
+    prefix = f"{folder}/" if folder else ""
+    for ext in (*importlib.machinery.EXTENSION_SUFFIXES,):
+        if os.path.lexists(os.path.join(base, stem + ext)):
+            out.append(f"{prefix}{stem}{ext}")
+    for ext in (*importlib.machinery.EXTENSION_SUFFIXES, *importlib.machinery.SOURCE_SUFFIXES,
+                *importlib.machinery.BYTECODE_SUFFIXES):
+        if os.path.lexists(os.path.join(base, stem, "__init__" + ext)):
+            out.append(f"{prefix}{stem}/__init__{ext}")
+    return out
 
 
 def _environment(files: Sequence[str]) -> tuple[str, tuple[str, ...]]:
@@ -332,7 +364,7 @@ def _environment(files: Sequence[str]) -> tuple[str, tuple[str, ...]]:
             full = os.path.join(path, entry)
             if entry.endswith((".pth", ".egg-link")):
                 pairs.append((full, _file_digest(full)))
-            elif entry.endswith((".dist-info", ".egg-info")):
+            elif entry.lower().endswith((".dist-info", ".egg-info")):
                 points = os.path.join(full, "entry_points.txt")
                 if os.path.exists(points):
                     pairs.append((points, _file_digest(points)))

@@ -77,6 +77,7 @@ from .sources import (
     TARGET_FIELDS,
     check_targets,
     command_files,
+    command_path_folders,
     definition_digest,
     linked_files,
     pytest_targets,
@@ -663,7 +664,13 @@ def imports_watch(snap: Snapshot, imports: Sequence[Mapping[str, Any]], rootdir:
     leave out the files ``snap`` guards already (a test file a criterion names, a
     ``conftest.py``: one change, said once) and those it leaves to the agent: the targets of
     the checks of ``prd`` (an ``exists`` or ``file`` check on ``tests/helpers.py``, on
-    ``tests/gen/``, asks the agent to write it)."""
+    ``tests/gen/``, asks the agent to write it). The folders a ``run`` criterion of ``prd``
+    puts on the path (``PYTHONPATH=src ...``: :func:`~pytest_ralph.oracle.sources.
+    command_path_folders`) are guarded as ``folders`` are."""
+    folders = [*folders, *(f for st in (prd.stories if prd is not None else ())
+                           for c in st.criteria if c.kind == "run" and c.command
+                           for f in command_path_folders(
+                               c.command, (rootdir / c.cwd) if c.cwd else rootdir))]
     found = watch(imports, rootdir, folders)
     if TEST_MODULES in found:
         prefixes = {str(real(rootdir)), os.path.abspath(rootdir)}

@@ -201,3 +201,25 @@ def command_files(command: str, rootdir: Path) -> list[Path]:
         if path is not None and path.is_file() and root in path.parents:
             out.append(path)
     return out
+
+
+def command_path_folders(command: str, rootdir: Path) -> list[Path]:
+    """The folders inside ``rootdir`` that a command line puts on Python's path with a
+    ``PYTHONPATH=a:b`` assignment (before the command, or after ``env``): a check that command
+    runs imports from them first, so a module, or a distribution's metadata with ``pytest11``
+    entry points, planted there stands in as one planted in the rootdir would."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return []
+    root = real(rootdir)
+    out: list[Path] = []
+    for word in words:
+        name, eq, value = word.partition("=")
+        if not eq or name != "PYTHONPATH":
+            continue
+        for part in value.split(":"):
+            folder = real(rootdir / (part or "."))
+            if (folder == root or root in folder.parents) and folder not in out:
+                out.append(folder)
+    return out

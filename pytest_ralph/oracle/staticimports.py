@@ -46,7 +46,31 @@ def imported_names(source: bytes) -> list[tuple[int, str, tuple[str, ...]]]:
         elif isinstance(node, ast.ImportFrom):
             out.append((node.level, node.module or "",
                         tuple(a.name for a in node.names if a.name != "*")))
+        else:
+            out += [(0, name, ()) for name in _named_modules(node)]
     return out
+
+
+def _named_modules(node: ast.AST) -> list[str]:
+    """Modules a statement names as strings for something else to import:
+    ``pytest_plugins = "a"`` / ``["a", "b"]`` (pytest imports them) and
+    ``importlib.import_module("a")`` / ``__import__("a")`` with a literal name."""
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if any(isinstance(t, ast.Name) and t.id == "pytest_plugins" for t in targets) and \
+                node.value is not None:
+            value = node.value
+            items = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
+            return [i.value for i in items
+                    if isinstance(i, ast.Constant) and isinstance(i.value, str)]
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+            and isinstance(node.args[0].value, str):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else (
+            func.id if isinstance(func, ast.Name) else "")
+        if name in ("import_module", "__import__"):
+            return [node.args[0].value]
+    return []
 
 
 def _module_files(base: Path, dotted: str) -> list[Path]:
