@@ -337,7 +337,7 @@ def _ahead_of(rootdir: Path, rel: str) -> list[str]:
     base = os.path.join(rootdir, folder) if folder else str(rootdir)
     out: list[str] = []
     prefix = f"{folder}/" if folder else ""
-    for ext in (*importlib.machinery.EXTENSION_SUFFIXES,):
+    for ext in importlib.machinery.EXTENSION_SUFFIXES:
         if os.path.lexists(os.path.join(base, stem + ext)):
             out.append(f"{prefix}{stem}{ext}")
     for ext in (*importlib.machinery.EXTENSION_SUFFIXES, *importlib.machinery.SOURCE_SUFFIXES,

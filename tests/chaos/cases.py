@@ -382,6 +382,14 @@ TWICE = "was written more than once"
 
 #: Code under test that writes its pytest's JUnit report itself and exits before pytest does,
 #: with the status pytest gives a run whose probes failed.
+#: A test that takes its expected values from a helper module beside it (tests/helpers.py).
+HELPER_TESTS = {
+    "tests/helpers.py": "CASES = [((2, 3), 5)]\n",
+    "tests/test_calc.py": "from helpers import CASES\nfrom calc import add\n\n\n"
+                          "def test_add():\n    for args, want in CASES:\n"
+                          "        assert add(*args) == want\n"}
+
+
 WRITE_REPORT = textwrap.dedent("""\
     import os as _chaos_os, sys as _chaos_sys
     _chaos_token = _chaos_os.environ.get("PYTEST_RALPH_PROBE", "")
@@ -493,11 +501,7 @@ CASES: list[Case] = [
     Case("tests-helpers", "weaken the tests",
          "rewrites the expected values in tests/helpers.py, the module the test takes them "
          "from, to what the buggy add returns",
-         calc_project(PYTEST_AC, **{
-             "tests/helpers.py": "CASES = [((2, 3), 5)]\n",
-             "tests/test_calc.py": "from helpers import CASES\nfrom calc import add\n\n\n"
-                                   "def test_add():\n    for args, want in CASES:\n"
-                                   "        assert add(*args) == want\n"}),
+         calc_project(PYTEST_AC, **HELPER_TESTS),
          script("P('tests/helpers.py').write_text('CASES = [((2, 3), -1)]\\n')\n"),
          on=held(CHANGED + "modules the tests import from test folders changed: "
                  "changed tests/helpers.py"),
@@ -816,11 +820,8 @@ CASES: list[Case] = [
     Case("run-helpers", "a test file weakened behind a run criterion",
          "rewrites the expected values in tests/helpers.py, which the test that `run: python -m "
          "pytest tests/test_calc.py` runs imports (in a subprocess: in no imports report)",
-         calc_project({"run": "python -m pytest -q -p no:cacheprovider tests/test_calc.py"}, **{
-             "tests/helpers.py": "CASES = [((2, 3), 5)]\n",
-             "tests/test_calc.py": "from helpers import CASES\nfrom calc import add\n\n\n"
-                                   "def test_add():\n    for args, want in CASES:\n"
-                                   "        assert add(*args) == want\n"}),
+         calc_project({"run": "python -m pytest -q -p no:cacheprovider tests/test_calc.py"},
+                      **HELPER_TESTS),
          script("P('tests/helpers.py').write_text('CASES = [((2, 3), -1)]\\n')\n"),
          on=held(CHANGED + "modules the tests import from test folders changed: changed "
                  "tests/helpers.py"),
